@@ -1,0 +1,66 @@
+"""asymgeo: when does dense retrieval need asymmetric geometry?
+
+Low-level kernels (pure functions on arrays) are re-exported here together with the
+estimators.  Convention: queries and documents are rows; an operator ``M`` scores
+``x^T M y`` (score matrix ``X @ M @ Y.T``).
+"""
+
+from ._version import __version__
+from .geometry import (
+    ApproximationGap,
+    TangentProjectors,
+    approximation_gap,
+    dual_factors,
+    dual_truncate,
+    psd_distance,
+    relevance_moment,
+    shared_factors,
+    shared_truncate,
+    skew,
+    sym,
+    tangent_dims,
+    tangent_projectors,
+)
+from .selection import CarsResult, cars_score, half_splits, selector_projection
+from .theory import (
+    LocalRisks,
+    OptimalSeparation,
+    SureResult,
+    local_risks,
+    optimal_separation,
+    sure_regret,
+    sure_select,
+    sure_select_probability,
+)
+
+__all__ = [
+    "__version__",
+    # geometry kernels
+    "relevance_moment",
+    "sym",
+    "skew",
+    "dual_truncate",
+    "shared_truncate",
+    "dual_factors",
+    "shared_factors",
+    "psd_distance",
+    "approximation_gap",
+    "ApproximationGap",
+    "tangent_dims",
+    "tangent_projectors",
+    "TangentProjectors",
+    # theory kernels
+    "local_risks",
+    "LocalRisks",
+    "sure_select_probability",
+    "sure_regret",
+    "sure_select",
+    "SureResult",
+    "optimal_separation",
+    "OptimalSeparation",
+    # selection
+    "cars_score",
+    "CarsResult",
+    "half_splits",
+    "selector_projection",
+]

@@ -1,0 +1,119 @@
+"""Argument checks shared by the kernels and estimators.
+
+Every check raises :class:`ValueError` (or :class:`TypeError`) whose message names
+the argument, the expected shape or range and what was received, so a user never
+sees a bare traceback from deep inside numpy.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "as_float_matrix",
+    "check_rank",
+    "check_same_shape",
+    "check_square",
+    "check_seed",
+    "check_positive",
+]
+
+
+def as_float_matrix(
+    value: Any,
+    name: str,
+    *,
+    dtype: Any = np.float64,
+    ndim: int = 2,
+    allow_empty: bool = False,
+    check_finite: bool = True,
+) -> np.ndarray:
+    """Return ``value`` as a floating array of ``ndim`` dimensions, or raise.
+
+    float16/float32 inputs are converted to ``dtype`` (float64 by default) so that
+    every accumulation downstream happens in double precision.
+    """
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name}: could not convert to an array ({exc})") from exc
+    if arr.dtype == object or not (
+        np.issubdtype(arr.dtype, np.number) or arr.dtype == bool
+    ):
+        raise TypeError(f"{name}: expected a numeric array, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name}: complex values are not supported")
+    if arr.ndim != ndim:
+        shape_word = {1: "(n,)", 2: "(n, p)", 3: "(m, n, p)"}.get(ndim, f"{ndim}-d")
+        raise ValueError(
+            f"{name}: expected a {ndim}-d array of shape {shape_word}, got shape {arr.shape}"
+        )
+    if not allow_empty and arr.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {arr.shape}")
+    if dtype is not None:
+        arr = arr.astype(dtype, copy=False)
+    if check_finite and arr.size and not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        where = ", ".join(str(int(i)) for i in bad)
+        raise ValueError(
+            f"{name}: contains NaN or infinite values (first at index [{where}])"
+        )
+    return arr
+
+
+def check_square(M: np.ndarray, name: str) -> None:
+    if M.ndim != 2 or M.shape[0] != M.shape[1]:
+        raise ValueError(f"{name}: expected a square (p, p) matrix, got shape {M.shape}")
+
+
+def check_same_shape(arrays: dict[str, np.ndarray]) -> None:
+    """Raise unless all arrays have the same shape, naming the first mismatch."""
+    items = list(arrays.items())
+    ref_name, ref = items[0]
+    for name, arr in items[1:]:
+        if arr.shape != ref.shape:
+            raise ValueError(
+                f"{name}: shape {arr.shape} does not match {ref_name} shape {ref.shape}"
+            )
+
+
+def check_rank(rank: Any, p: int, name: str = "rank") -> int:
+    """Return ``rank`` as an int in ``[1, p]`` or raise."""
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {type(rank).__name__} {rank!r}")
+    rank = int(rank)
+    if rank < 1 or rank > p:
+        raise ValueError(f"{name}: expected 1 <= {name} <= p = {p}, got {rank}")
+    return rank
+
+
+def check_positive(value: Any, name: str, *, allow_zero: bool = False) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected a number, got {value!r}") from exc
+    if not np.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name}: expected a finite number {bound}, got {value!r}")
+    return v
+
+
+def check_seed(seed: Any, name: str = "seed") -> np.random.Generator:
+    """Turn ``seed`` (int, SeedSequence or Generator) into a Generator; ``None`` is refused.
+
+    Refusing ``None`` keeps every random choice reproducible.
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(
+            f"{name}: expected an int seed or numpy.random.Generator, got {seed!r}"
+        )
+    if int(seed) < 0:
+        raise ValueError(f"{name}: expected a non-negative int, got {seed}")
+    return np.random.default_rng(int(seed))

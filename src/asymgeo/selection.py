@@ -1,0 +1,258 @@
+"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7) and the SURE plug-in.
+
+The kernel :func:`cars_score` is a pure function on arrays; the estimator
+:class:`GeometrySelector` lives in :mod:`asymgeo.estimators`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ._lowrank import top_eigen, top_singular
+from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed
+from .geometry import sym
+
+__all__ = [
+    "CarsResult",
+    "cars_score",
+    "half_splits",
+    "selector_projection",
+    "residual_factors",
+    "MIN_CARS_TRIPLES",
+]
+
+MIN_CARS_TRIPLES = 4
+
+
+@dataclass(frozen=True)
+class CarsResult:
+    r"""Outcome of :func:`cars_score`.
+
+    Attributes
+    ----------
+    score : :math:`\widehat\Gamma_{\rm CARS}` (eq. 7); > 0 selects dual.
+    choice : ``"dual"`` if ``score > 0`` else ``"shared"`` (ties to shared).
+    agreement : (L,) cross-half inner products :math:`\langle V_{I_1}, V_{I_2}\rangle_F`.
+    disagreement : (L,) :math:`\|V_{I_1}-V_{I_2}\|_F^2` (the score charges a quarter of it).
+    terms : (L,) per-split terms ``agreement - disagreement / 4``.
+    standard_error : standard deviation of ``terms`` over splits / sqrt(L) (NaN if L = 1).
+    raw_distance : plug-in :math:`\|V_{\rm all}\|_F^2` of the full training moment
+        (the inflated "raw asymmetry" of RQ2).
+    corrected_distance : mean agreement, an estimate of :math:`\|\Delta\|_F^2` whose
+        noise bias is removed by cross-fitting (Appendix C.1).
+    """
+
+    score: float
+    choice: str
+    agreement: np.ndarray
+    disagreement: np.ndarray
+    terms: np.ndarray
+    standard_error: float
+    raw_distance: float
+    corrected_distance: float
+    n: int
+    rank: int
+    n_splits: int
+    selector_dim: int | None
+    seed: int | None = field(default=None)
+
+    def as_dict(self) -> dict:
+        return {
+            "score": self.score,
+            "choice": self.choice,
+            "standard_error": self.standard_error,
+            "raw_distance": self.raw_distance,
+            "corrected_distance": self.corrected_distance,
+            "n": self.n,
+            "rank": self.rank,
+            "n_splits": self.n_splits,
+            "selector_dim": self.selector_dim,
+            "seed": self.seed,
+            "agreement": self.agreement.tolist(),
+            "disagreement": self.disagreement.tolist(),
+        }
+
+
+def half_splits(n: int, n_splits: int, seed: int | np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_splits`` random disjoint half-splits of ``range(n)``.
+
+    Each split permutes the indices and takes the first ``n // 2`` as ``I1`` and the
+    rest as ``I2`` (so ``I2`` has one more element when n is odd).
+    """
+    rng = check_seed(seed)
+    if n < 2:
+        raise ValueError(f"n: need at least 2 items to split, got {n}")
+    m = n // 2
+    out = []
+    for _ in range(int(n_splits)):
+        perm = rng.permutation(n)
+        out.append((np.sort(perm[:m]), np.sort(perm[m:])))
+    return out
+
+
+def selector_projection(p: int, dim: int, seed: int | np.random.Generator) -> np.ndarray:
+    """Fixed random orthonormal projection ``R`` (p, dim), Haar-distributed.
+
+    Used by CARS with ``selector_dim``: ``X -> X R``, ``D -> D R``, so the selector
+    works on the moment ``R^T C R`` (the paper's fixed 256-dimensional projection).
+    """
+    rng = check_seed(seed)
+    G = rng.standard_normal((p, dim))
+    Q, Rr = np.linalg.qr(G)
+    return Q * np.sign(np.diag(Rr))  # sign fix makes Q Haar-distributed
+
+
+def residual_factors(
+    C: np.ndarray,
+    rank: int,
+    *,
+    method: str = "auto",
+    start_right: np.ndarray | None = None,
+    start_eig: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Factors ``(L, R)`` (each (p, 2r)) with ``L @ R.T == V(C)``, where
+
+    .. math:: V(C) = \mathcal P_{d,r}(C) - \mathcal P_{s,r}(C)
+
+    is the dual-shared fit difference of Section 3.2.  Inner products of two such
+    residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.
+    """
+    U, s, V = top_singular(C, rank, method=method, start=start_right)
+    eta, Q = top_eigen(sym(C), rank, method=method, start=start_eig)
+    eta = np.maximum(eta, 0.0)
+    L = np.concatenate([U * s, -(Q * eta)], axis=1)
+    R = np.concatenate([V, Q], axis=1)
+    return L, R
+
+
+def _inner(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """Frobenius inner product <La Ra^T, Lb Rb^T> = sum((La^T Lb) * (Ra^T Rb))."""
+    return float(np.sum((a[0].T @ b[0]) * (a[1].T @ b[1])))
+
+
+def cars_score(
+    X: np.ndarray,
+    Y_pos: np.ndarray,
+    Y_neg: np.ndarray,
+    rank: int,
+    n_splits: int = 20,
+    seed: int | np.random.Generator = 0,
+    splits: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+    selector_dim: int | None = None,
+    *,
+    method: str = "auto",
+) -> CarsResult:
+    r"""Cross-fitted Asymmetry Risk Selector (paper, Section 3.2, eq. 7).
+
+    .. math::
+        \widehat\Gamma_{\rm CARS} = \frac1L\sum_{b=1}^L\Big[\langle V_{I_{b,1}},V_{I_{b,2}}\rangle_F
+            - \tfrac14\|V_{I_{b,1}}-V_{I_{b,2}}\|_F^2\Big],\qquad
+        V_I = \mathcal P_{d,r}(\widehat C_I) - \mathcal P_{s,r}(\widehat C_I),
+
+    selecting dual iff :math:`\widehat\Gamma > 0`.  Under the independent-half model
+    :math:`\mathbb E\widehat\Gamma = \|\Delta\|_F^2 - \mathrm{tr}(\Sigma)/n` (Appendix C.1).
+
+    Parameters
+    ----------
+    X, Y_pos, Y_neg : (n, p) training triples, n >= 4 (float16 is accumulated in float64).
+    rank : int, 1 <= rank <= p (or <= selector_dim).
+    n_splits : L, number of random half-splits (ignored when ``splits`` is given).
+    seed : int or Generator for the splits and the selector projection.
+    splits : explicit ``[(I1, I2), ...]`` disjoint index pairs; overrides ``n_splits``.
+    selector_dim : if set (< p), first project queries and documents by a fixed random
+        orthonormal ``R`` (p, selector_dim) drawn from ``seed``.
+    method : truncation solver, ``"auto"`` (certified Krylov with warm starts when
+        rank <= p/4), ``"dense"`` or ``"krylov"``.
+    """
+    X = as_float_matrix(X, "X")
+    Y_pos = as_float_matrix(Y_pos, "Y_pos")
+    Y_neg = as_float_matrix(Y_neg, "Y_neg")
+    check_same_shape({"X": X, "Y_pos": Y_pos, "Y_neg": Y_neg})
+    n, p = X.shape
+    if n < MIN_CARS_TRIPLES:
+        raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
+    seed_value = seed if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
+    if isinstance(seed, np.random.Generator):
+        rng_proj = rng_split = seed
+    else:
+        check_seed(seed)
+        ss = np.random.SeedSequence(int(seed))
+        rng_proj, rng_split = (np.random.default_rng(s) for s in ss.spawn(2))
+    D = Y_pos - Y_neg
+    del Y_pos, Y_neg
+    if selector_dim is not None:
+        selector_dim = check_rank(selector_dim, 10**12, "selector_dim")
+        if selector_dim < p:
+            R = selector_projection(p, selector_dim, rng_proj)
+            X = X @ R
+            D = D @ R
+            p = selector_dim
+    rank = check_rank(rank, p)
+
+    if splits is None:
+        if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 1:
+            raise ValueError(f"n_splits: expected a positive integer, got {n_splits!r}")
+        split_list = half_splits(n, int(n_splits), rng_split)
+    else:
+        split_list = []
+        for b, pair in enumerate(splits):
+            if len(pair) != 2:
+                raise ValueError(f"splits[{b}]: expected a pair (I1, I2) of index arrays")
+            I1 = np.asarray(pair[0], dtype=np.int64)
+            I2 = np.asarray(pair[1], dtype=np.int64)
+            for nm, I in (("I1", I1), ("I2", I2)):
+                if I.ndim != 1 or I.size == 0:
+                    raise ValueError(f"splits[{b}].{nm}: expected a non-empty 1-d index array")
+                if I.min() < 0 or I.max() >= n:
+                    raise ValueError(f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{I.min()}, {I.max()}]")
+                if np.unique(I).size != I.size:
+                    raise ValueError(f"splits[{b}].{nm}: contains repeated indices")
+            if np.intersect1d(I1, I2).size:
+                raise ValueError(f"splits[{b}]: I1 and I2 must be disjoint")
+            split_list.append((I1, I2))
+        if not split_list:
+            raise ValueError("splits: expected at least one (I1, I2) pair")
+
+    C_all = X.T @ D / n
+    # Full-data factors: the raw plug-in distance, and warm starts for every half.
+    full = residual_factors(C_all, rank, method=method)
+    V_all, Q_all = full[1][:, :rank], full[1][:, rank:]
+    raw_distance = _inner(full, full)
+
+    L = len(split_list)
+    agreement = np.empty(L)
+    disagreement = np.empty(L)
+    for b, (I1, I2) in enumerate(split_list):
+        m1, m2 = I1.size, I2.size
+        C1 = X[I1].T @ D[I1] / m1
+        if m1 + m2 == n:  # complement: C2 from the full moment, half the work
+            C2 = (n * C_all - m1 * C1) / m2
+        else:
+            C2 = X[I2].T @ D[I2] / m2
+        f1 = residual_factors(C1, rank, method=method, start_right=V_all, start_eig=Q_all)
+        f2 = residual_factors(C2, rank, method=method, start_right=V_all, start_eig=Q_all)
+        a = _inner(f1, f2)
+        n1, n2 = _inner(f1, f1), _inner(f2, f2)
+        agreement[b] = a
+        disagreement[b] = max(n1 + n2 - 2.0 * a, 0.0)
+    terms = agreement - disagreement / 4.0
+    score = float(terms.mean())
+    se = float(terms.std(ddof=1) / np.sqrt(L)) if L > 1 else float("nan")
+    return CarsResult(
+        score=score,
+        choice="dual" if score > 0 else "shared",
+        agreement=agreement,
+        disagreement=disagreement,
+        terms=terms,
+        standard_error=se,
+        raw_distance=raw_distance,
+        corrected_distance=float(agreement.mean()),
+        n=n,
+        rank=rank,
+        n_splits=L,
+        selector_dim=selector_dim,
+        seed=int(seed_value) if seed_value is not None else None,
+    )
