@@ -21,7 +21,9 @@ from .geometry import (
     tangent_dims,
     tangent_projectors,
 )
+from .estimators import DualProjection, GeometrySelector, SharedProjection
 from .selection import CarsResult, cars_score, half_splits, selector_projection
+from .simulation import TwoViewModel, candidate_ndcg, two_view_model
 from .theory import (
     LocalRisks,
     OptimalSeparation,
@@ -58,6 +60,14 @@ __all__ = [
     "SureResult",
     "optimal_separation",
     "OptimalSeparation",
+    # estimators
+    "SharedProjection",
+    "DualProjection",
+    "GeometrySelector",
+    # simulation
+    "two_view_model",
+    "TwoViewModel",
+    "candidate_ndcg",
     # selection
     "cars_score",
     "CarsResult",

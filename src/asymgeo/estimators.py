@@ -1,0 +1,329 @@
+"""Closed-form shared and dual projections and the geometry selector (scikit-learn contract).
+
+Parameters are explicit keywords of ``__init__``; ``fit`` returns ``self``; fitted
+attributes end in ``_``.  ``get_params``/``set_params`` follow scikit-learn, so
+``sklearn.base.clone`` works without scikit-learn being a dependency.
+
+Every fitted projection exposes the same surface as the trained adapters:
+``transform_queries(X) = X @ query_map_.T``, ``transform_documents(Y) = Y @ doc_map_.T``
+and ``score(X, Y) = X @ operator_ @ Y.T`` (queries rows, documents columns).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+
+from ._validation import as_float_matrix, check_rank, check_same_shape
+from .geometry import dual_factors, relevance_moment, shared_factors, sym
+from .selection import MIN_CARS_TRIPLES, CarsResult, cars_score
+from .theory import SureResult, sure_select
+
+__all__ = ["SharedProjection", "DualProjection", "GeometrySelector", "NotFittedError"]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """Raised when a method needing a fitted estimator is called before ``fit``."""
+
+
+class _Params:
+    """Minimal scikit-learn parameter protocol (``get_params``/``set_params``/repr)."""
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p.name for p in sig.parameters.values() if p.name != "self" and p.kind != p.VAR_KEYWORD]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any):
+        valid = set(self._param_names())
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(
+                    f"Invalid parameter {key!r} for estimator {type(self).__name__}. "
+                    f"Valid parameters are: {sorted(valid)!r}."
+                )
+            setattr(self, key, value)
+        return self
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __sklearn_tags__(self):  # pragma: no cover - only used when sklearn inspects us
+        from sklearn.utils import Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False))
+
+
+def _check_triples(X, Y_pos, Y_neg) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    X = as_float_matrix(X, "X", dtype=None)
+    Y_pos = as_float_matrix(Y_pos, "Y_pos", dtype=None)
+    arrays = {"X": X, "Y_pos": Y_pos}
+    if Y_neg is not None:
+        Y_neg = as_float_matrix(Y_neg, "Y_neg", dtype=None)
+        arrays["Y_neg"] = Y_neg
+    check_same_shape(arrays)
+    return X, Y_pos, Y_neg
+
+
+def _moment(X, Y_pos, Y_neg) -> np.ndarray:
+    if Y_neg is None:
+        # E[X (Y+ - Y-)^T] = E[X Y+^T] for centred negatives independent of X (Section 2).
+        Y_neg = np.zeros((1, X.shape[1]))
+        Y_neg = np.broadcast_to(Y_neg, X.shape)
+    return relevance_moment(X, Y_pos, Y_neg)
+
+
+class _Projection(_Params):
+    """Shared surface of the fitted projections."""
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "operator_"):
+            raise NotFittedError(
+                f"This {type(self).__name__} instance is not fitted yet; call fit(X, Y_pos, Y_neg) first."
+            )
+
+    def _check_input(self, A, name: str) -> np.ndarray:
+        self._check_fitted()
+        A = as_float_matrix(A, name)
+        if A.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"{name}: has {A.shape[1]} features per row, but {type(self).__name__} "
+                f"was fitted with {self.n_features_in_}"
+            )
+        return A
+
+    def transform_queries(self, X: np.ndarray) -> np.ndarray:
+        """Project queries: ``X @ query_map_.T`` -> (n, rank)."""
+        return self._check_input(X, "X") @ self.query_map_.T
+
+    def transform_documents(self, Y: np.ndarray) -> np.ndarray:
+        """Project documents: ``Y @ doc_map_.T`` -> (m, rank)."""
+        return self._check_input(Y, "Y") @ self.doc_map_.T
+
+    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Bilinear scores ``X @ operator_ @ Y.T`` -> (n, m)."""
+        return self._check_input(X, "X") @ self.operator_ @ self._check_input(Y, "Y").T
+
+    def _set_fitted(self, C: np.ndarray, query_map: np.ndarray, doc_map: np.ndarray, n: int) -> None:
+        self.moment_ = C
+        self.query_map_ = query_map
+        self.doc_map_ = doc_map
+        self.operator_ = query_map.T @ doc_map
+        self.n_features_in_ = C.shape[0]
+        self.n_triples_ = n
+
+
+class SharedProjection(_Projection):
+    r"""Closed-form shared projection: one map P for queries and documents.
+
+    ``fit`` computes the relevance moment :math:`\widehat C` and its positive
+    eigen-truncation :math:`\mathcal P_{s,r}(\widehat C) = P^\top P` (Theorem 1), the
+    Frobenius-nearest PSD operator of rank at most r.
+
+    Parameters
+    ----------
+    rank : int
+        Rank r of the projection (1 <= r <= p).
+    method : {"auto", "dense", "krylov"}
+        Eigen-solver (see :func:`asymgeo.shared_truncate`).
+
+    Attributes
+    ----------
+    operator_ : (p, p) PSD operator ``P^T P``
+    query_map_, doc_map_ : (rank, p) the same map P
+    moment_ : (p, p) training relevance moment
+    n_features_in_ : int
+    n_triples_ : int
+    """
+
+    family = "shared"
+
+    def __init__(self, rank: int = 16, method: str = "auto"):
+        self.rank = rank
+        self.method = method
+
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "SharedProjection":
+        """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
+        X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
+        rank = check_rank(self.rank, X.shape[1])
+        C = _moment(X, Y_pos, Y_neg)
+        P = shared_factors(C, rank, method=self.method)
+        self._set_fitted(C, P, P, X.shape[0])
+        return self
+
+
+class DualProjection(_Projection):
+    r"""Closed-form dual projection: maps A (queries) and B (documents).
+
+    ``fit`` computes the relevance moment and its rank-r SVD truncation
+    :math:`\mathcal P_{d,r}(\widehat C) = A^\top B` (Theorem 1), with balanced factors
+    :math:`A = \Sigma^{1/2}U^\top`, :math:`B = \Sigma^{1/2}V^\top`.
+
+    Parameters
+    ----------
+    rank : int
+    method : {"auto", "dense", "krylov"}
+
+    Attributes
+    ----------
+    operator_ : (p, p) operator ``A^T B``
+    query_map_ : (rank, p) A
+    doc_map_ : (rank, p) B
+    moment_, n_features_in_, n_triples_ : as for :class:`SharedProjection`
+    """
+
+    family = "dual"
+
+    def __init__(self, rank: int = 16, method: str = "auto"):
+        self.rank = rank
+        self.method = method
+
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "DualProjection":
+        """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
+        X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
+        rank = check_rank(self.rank, X.shape[1])
+        C = _moment(X, Y_pos, Y_neg)
+        A, B = dual_factors(C, rank, method=self.method)
+        self._set_fitted(C, A, B, X.shape[0])
+        return self
+
+
+def estimate_moment_noise(X: np.ndarray, D: np.ndarray) -> float:
+    r"""Isotropic plug-in noise scale :math:`\sigma` of the relevance moment.
+
+    Per-triple moments :math:`W_i = X_i D_i^\top` have entrywise variances
+    :math:`v_{jk}`; the local Gaussian model of Section 3 takes
+    :math:`\widehat C \approx C + (\sigma/\sqrt n) G`, so
+    :math:`\widehat\sigma^2 = \mathrm{mean}_{jk}\, v_{jk}` (unbiased per entry).
+    """
+    n = X.shape[0]
+    if n < 2:
+        raise ValueError(f"X: need at least 2 triples to estimate the noise scale, got {n}")
+    mean_sq = (X * X).T @ (D * D) / n
+    mean = X.T @ D / n
+    var = (mean_sq - mean * mean) * n / (n - 1)
+    return float(np.sqrt(max(float(var.mean()), 0.0)))
+
+
+class GeometrySelector(_Params):
+    r"""Choose shared or dual geometry from training triples, then fit the winner.
+
+    Parameters
+    ----------
+    rank : int
+        Rank r of both candidate families.
+    method : {"cars", "sure"}
+        ``"cars"``: the cross-fitted selector of eq. (7) (no noise model needed).
+        ``"sure"``: the SURE rule of eq. (4) in the local Gaussian model, at
+        ``S = P_{s,r}(C)`` with ``Z = sqrt(n) Pi_{T_d}(C - S)`` and noise ``sigma``
+        (estimated by :func:`estimate_moment_noise` when ``sigma`` is None; the
+        isotropic plug-in is an approximation the paper's theorem does not cover).
+    n_splits : int
+        CARS half-splits L (paper: 20).
+    seed : int
+        Seed of the CARS splits and selector projection.
+    selector_dim : int or None
+        CARS random projection dimension (paper: 256), or None for none.
+    sigma : float or None
+        Known noise scale for ``method="sure"``.
+    solver : {"auto", "dense", "krylov"}
+        Truncation solver.
+
+    Attributes
+    ----------
+    choice_ : "shared" or "dual"
+    score_ : float
+        CARS: :math:`\widehat\Gamma_{\rm CARS}`.  SURE: :math:`\widehat R_s - \widehat R_d`
+        in n-scaled units.  Positive favours dual in both.
+    result_ : CarsResult or SureResult
+    estimator_ : fitted SharedProjection or DualProjection of the chosen family
+    """
+
+    def __init__(
+        self,
+        rank: int = 16,
+        method: str = "cars",
+        n_splits: int = 20,
+        seed: int = 0,
+        selector_dim: int | None = None,
+        sigma: float | None = None,
+        solver: str = "auto",
+    ):
+        self.rank = rank
+        self.method = method
+        self.n_splits = n_splits
+        self.seed = seed
+        self.selector_dim = selector_dim
+        self.sigma = sigma
+        self.solver = solver
+
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> "GeometrySelector":
+        """Select the geometry on triples ``X, Y_pos, Y_neg`` and fit it on all of them."""
+        if self.method not in ("cars", "sure"):
+            raise ValueError(f"method: expected 'cars' or 'sure', got {self.method!r}")
+        X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
+        if Y_neg is None:  # pragma: no cover - signature requires it
+            raise ValueError("Y_neg: required for geometry selection")
+        n, p = X.shape
+        rank = check_rank(self.rank, p)
+        if self.method == "cars":
+            if n < MIN_CARS_TRIPLES:
+                raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
+            res: CarsResult | SureResult = cars_score(
+                X, Y_pos, Y_neg, rank, n_splits=self.n_splits, seed=self.seed,
+                selector_dim=self.selector_dim, method=self.solver,
+            )
+            self.score_ = res.score
+        else:
+            Xf = as_float_matrix(X, "X")
+            D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
+            C = Xf.T @ D / n
+            sigma = self.sigma if self.sigma is not None else estimate_moment_noise(Xf, D)
+            if sigma <= 0:
+                raise ValueError("sigma: the moment has zero estimated noise; pass sigma explicitly")
+            from ._lowrank import top_eigen
+            from .geometry import tangent_projectors
+
+            eta, U = top_eigen(sym(C), rank, method=self.solver)
+            if np.any(eta <= 0):
+                raise ValueError(
+                    f"rank: the symmetric moment has only {int(np.sum(eta > 0))} positive eigenvalues, "
+                    f"fewer than rank = {rank}; SURE needs a rank-r PSD point"
+                )
+            S = (U * eta) @ U.T
+            Z = np.sqrt(n) * tangent_projectors(U).Pi_Td(C - S)
+            res = sure_select(Z, U, sigma)
+            self.sigma_ = sigma
+            self.score_ = res.risk_shared - res.risk_dual
+        self.result_ = res
+        self.choice_ = res.choice
+        cls = DualProjection if res.choice == "dual" else SharedProjection
+        self.estimator_ = cls(rank=rank, method=self.solver).fit(X, Y_pos, Y_neg)
+        return self
+
+    def _check_fitted(self):
+        if not hasattr(self, "estimator_"):
+            raise NotFittedError("This GeometrySelector instance is not fitted yet; call fit first.")
+
+    def transform_queries(self, X: np.ndarray) -> np.ndarray:
+        self._check_fitted()
+        return self.estimator_.transform_queries(X)
+
+    def transform_documents(self, Y: np.ndarray) -> np.ndarray:
+        self._check_fitted()
+        return self.estimator_.transform_documents(Y)
+
+    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        self._check_fitted()
+        return self.estimator_.score(X, Y)
+
+    @property
+    def operator_(self) -> np.ndarray:
+        self._check_fitted()
+        return self.estimator_.operator_

@@ -1,0 +1,1 @@
+"""Experiments: the embedded demo, the sweep runner and one module per paper experiment."""
