@@ -80,11 +80,10 @@ def naive_residual(C: np.ndarray, r: int) -> np.ndarray:
 
 
 def naive_frobenius_inner(A: np.ndarray, B: np.ndarray) -> float:
-    """``<A, B>_F`` by a double loop over entries."""
+    """``<A, B>_F = sum_i <A[i], B[i]>``, accumulated row by row in a plain loop."""
     total = 0.0
     for i in range(A.shape[0]):
-        for j in range(A.shape[1]):
-            total += float(A[i, j]) * float(B[i, j])
+        total += float(np.dot(A[i], B[i]))
     return total
 
 
