@@ -1,0 +1,156 @@
+"""RQ1: the shared-to-dual boundary in two-view retrieval (paper Figure 3, Appendix F).
+
+One cell = (angle, n, rank, seed_index).  Seeds are derived from the master seed with
+:func:`~asymgeo.experiments.runner.cell_seed` and are **paired**:
+
+* ``model_seed = cell_seed(master, 0)``: one query loading for every cell, so angles
+  differ only by the rotation of the document loading;
+* ``test_seed = cell_seed(master, 1, seed_index)``: one test set per seed index,
+  shared by every angle, size, rank and both families;
+* ``train_seed = cell_seed(master, 2, seed_index, n)``: the training triples, shared
+  by both families, every rank and every angle (the latent draws and the noise are
+  the same; only the loadings rotate).
+
+Both closed-form projections are fitted on the same triples and ranked on the same
+test set (each positive against ``n_negatives`` independent negatives, NDCG@10).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..estimators import DualProjection, SharedProjection
+from ..geometry import approximation_gap, psd_distance
+from ..selection import cars_score
+from ..simulation import candidate_ndcg, two_view_model
+from .runner import cell_seed
+
+__all__ = ["cell", "summarise", "first_positive", "plot", "PAPER_FIRST_POSITIVE"]
+
+#: Paper, Section 5.1: first positive rank-8 grid mean (angle -> n).
+PAPER_FIRST_POSITIVE = {0.8: 256, 1.2: 64}
+
+
+def cell(config: dict[str, Any]) -> dict[str, Any]:
+    """One RQ1 cell: fit shared and dual at (angle, n, rank) and compare NDCG@10.
+
+    Config keys: ``angle, n, rank, seed_index, p, latent_rank, noise_sd, n_test,
+    n_negatives, master_seed`` and optionally ``cars_splits`` (0 disables CARS).
+    Returns NDCG@10 of both families, their paired difference and its standard error,
+    CARS, the population distance ``G_PSD`` and Theorem 1's gap, and the seeds.
+    """
+    master = int(config["master_seed"])
+    angle = float(config["angle"])
+    n, rank, s = int(config["n"]), int(config["rank"]), int(config["seed_index"])
+    model_seed = cell_seed(master, 0)
+    test_seed = cell_seed(master, 1, s)
+    train_seed = cell_seed(master, 2, s, n)
+    cars_seed = cell_seed(master, 3, s, n)
+    model = two_view_model(p=int(config["p"]), latent_rank=int(config["latent_rank"]),
+                           noise_sd=float(config["noise_sd"]), angle=angle, seed=model_seed)
+    test = model.sample_test(int(config["n_test"]), int(config["n_negatives"]), test_seed)
+    tr = model.sample_triples(n, train_seed)
+    shared = SharedProjection(rank).fit(tr.X, tr.Y_pos, tr.Y_neg)
+    dual = DualProjection(rank).fit(tr.X, tr.Y_pos, tr.Y_neg)
+    nd_s = candidate_ndcg(shared.operator_, test)
+    nd_d = candidate_ndcg(dual.operator_, test)
+    diff = nd_d - nd_s
+    C_pop = model.population_moment()
+    out = {
+        "ndcg_shared": float(nd_s.mean()),
+        "ndcg_dual": float(nd_d.mean()),
+        "ndcg_diff": float(diff.mean()),
+        "ndcg_diff_se": float(diff.std(ddof=1) / np.sqrt(diff.size)),
+        "population_gpsd": psd_distance(C_pop, rank),
+        "population_gap": approximation_gap(C_pop, rank).gap,
+        "train_gpsd": psd_distance(shared.moment_, rank),
+        "model_seed": model_seed,
+        "test_seed": test_seed,
+        "train_seed": train_seed,
+    }
+    splits = int(config.get("cars_splits", 0))
+    if splits > 0 and n >= 4:
+        cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=splits, seed=cars_seed)
+        out.update(cars_score=cars.score, cars_se=cars.standard_error, cars_choice=cars.choice,
+                   cars_seed=cars_seed)
+    return out
+
+
+def summarise(df, rank: int = 8):
+    """Per (rank, angle, n): mean Dual-Shared NDCG@10 over seeds, its 95% normal interval,
+    ``G_PSD`` and the CARS dual-selection rate.  Returns a DataFrame."""
+    import pandas as pd
+
+    g = df.groupby(["rank", "angle", "n"])
+    out = g.agg(
+        diff_mean=("ndcg_diff", "mean"),
+        diff_sd=("ndcg_diff", "std"),
+        seeds=("ndcg_diff", "size"),
+        ndcg_shared=("ndcg_shared", "mean"),
+        ndcg_dual=("ndcg_dual", "mean"),
+        population_gpsd=("population_gpsd", "mean"),
+        population_gap=("population_gap", "mean"),
+    ).reset_index()
+    half = 1.96 * out["diff_sd"].fillna(0.0) / np.sqrt(out["seeds"])
+    out["ci_low"] = out["diff_mean"] - half
+    out["ci_high"] = out["diff_mean"] + half
+    if "cars_choice" in df:
+        rate = df.assign(_d=(df["cars_choice"] == "dual").astype(float)).groupby(
+            ["rank", "angle", "n"])["_d"].mean().reset_index(drop=True)
+        out["cars_dual_rate"] = rate.values
+    return pd.DataFrame(out)
+
+
+def first_positive(summary, rank: int = 8) -> dict[float, int | None]:
+    """Smallest n whose mean Dual-Shared NDCG@10 is positive, per angle (None if never)."""
+    res: dict[float, int | None] = {}
+    sub = summary[summary["rank"] == rank]
+    for angle, grp in sub.groupby("angle"):
+        grp = grp.sort_values("n")
+        pos = grp[grp["diff_mean"] > 0]
+        res[round(float(angle), 6)] = int(pos["n"].iloc[0]) if len(pos) else None
+    return res
+
+
+def plot(summary, path, rank: int = 8) -> None:
+    """Figure 3: A, heatmap of mean Dual-Shared NDCG@10 over angle x n with the zero
+    contour; B, the gap against the population ``G_PSD`` with 95% normal bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    sub = summary[summary["rank"] == rank]
+    pivot = sub.pivot(index="angle", columns="n", values="diff_mean").sort_index()
+    angles, sizes = pivot.index.to_numpy(), pivot.columns.to_numpy()
+    Z = pivot.to_numpy()
+    fig, (ax_a, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    lim = float(np.nanmax(np.abs(Z))) or 1.0
+    im = ax_a.imshow(Z, origin="lower", aspect="auto", cmap="RdBu_r",
+                     norm=TwoSlopeNorm(vmin=-lim, vcenter=0.0, vmax=lim))
+    if Z.shape[0] > 1 and Z.shape[1] > 1 and np.nanmin(Z) < 0 < np.nanmax(Z):
+        ax_a.contour(np.arange(len(sizes)), np.arange(len(angles)), Z, levels=[0.0],
+                     colors="gold", linewidths=2.5)
+    ax_a.set_xticks(range(len(sizes)), [str(int(v)) for v in sizes])
+    ax_a.set_yticks(range(len(angles)), [f"{a:.1f}" for a in angles])
+    ax_a.set_xlabel("training pairs n")
+    ax_a.set_ylabel("rotation angle (rad)")
+    ax_a.set_title(f"A. mean Dual - Shared NDCG@10 (rank {rank})")
+    fig.colorbar(im, ax=ax_a, shrink=0.85)
+    cmap = plt.get_cmap("viridis")
+    for j, n in enumerate(sizes):
+        grp = sub[sub["n"] == n].sort_values("population_gpsd")
+        color = cmap(j / max(1, len(sizes) - 1))
+        ax_b.plot(grp["population_gpsd"], grp["diff_mean"], "o-", color=color, ms=3, label=f"n={int(n)}")
+        ax_b.fill_between(grp["population_gpsd"], grp["ci_low"], grp["ci_high"], color=color, alpha=0.15)
+    ax_b.axhline(0.0, color="k", lw=0.8)
+    ax_b.set_xlabel(r"population distance $G_{\rm PSD}$ to the shared family")
+    ax_b.set_ylabel("Dual - Shared NDCG@10")
+    ax_b.set_title("B. gap vs population distance (95% normal CI)")
+    ax_b.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
