@@ -85,6 +85,50 @@ def _run_demo(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- reproduce
+@_command("reproduce")
+def _add_reproduce(sub):
+    p = _subparser(
+        sub,
+        "reproduce",
+        "Run a paper experiment grid from experiments/NAME.toml (resumable; local pool or Ray), "
+        "or rebuild docs/reproduction.md from the results with NAME = report.",
+        "asymgeo reproduce rq1 --quick && asymgeo reproduce report --quick",
+    )
+    p.add_argument("name", help="rq1, table2, rq2, all, or report (or any experiments/NAME.toml)")
+    p.add_argument("--quick", action="store_true", help="the small CI variant ([quick] overrides; results in NAME-quick)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool (default) or Ray")
+    p.add_argument("--address", default=None, help="Ray cluster address, e.g. auto or ray://head:10001 (with --executor ray)")
+    p.add_argument("--workers", type=int, default=None, help="local processes / local Ray CPUs (default: all cores)")
+    p.add_argument("--results-dir", default="results", help="results root (default results/)")
+    p.add_argument("--config-dir", default=None, help="folder of NAME.toml files (default experiments/)")
+    p.add_argument("--docs-dir", default="docs", help="where report writes reproduction.md and figures/ (default docs/)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=_run_reproduce)
+    return p
+
+
+def _run_reproduce(args) -> int:
+    from .experiments.report import reproduce
+    from .experiments.runner import SweepError
+
+    command = " ".join(["asymgeo", *sys.argv[1:]]) if sys.argv and sys.argv[0] else None
+    try:
+        out = reproduce(args.name, quick=args.quick, executor=args.executor, address=args.address,
+                        workers=args.workers, results_dir=args.results_dir, config_dir=args.config_dir,
+                        docs_dir=args.docs_dir, progress=not args.no_progress, command=command)
+    except SweepError as exc:
+        print(f"asymgeo reproduce: error: {exc}", file=sys.stderr)
+        return 1
+    if args.name == "report":
+        print(f"wrote {out}")
+        return 0
+    for r in out:
+        print(f"{r.name}: {r.n_run} cells run, {r.n_skipped} already done, {r.n_total} total, "
+              f"{r.wall_seconds:.1f} s -> {r.table}")
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
