@@ -1,0 +1,587 @@
+"""Exact top-k inner-product search over a whole corpus.
+
+Convention (the project's): queries and documents are rows; an operator ``M``
+scores ``x^T M y`` and the score matrix is ``X @ M @ Y.T``.
+
+Guarantees
+----------
+* **Exact.**  Every document is scored; there is no approximation.  Scores are
+  computed in float32 (float16 and float64 corpora are converted to float32 one
+  block at a time, so a float16 corpus never exists in float32 as a whole).
+* **Bounded memory.**  The corpus is processed in blocks; the largest temporary is
+  one ``(query block) x (corpus block)`` float32 score tile (about 16 MiB on CPU by
+  default), never the full ``queries x corpus`` matrix.
+* **Deterministic tie-breaking.**  Results are ordered by score descending; documents
+  whose float32 scores are *exactly equal* are ordered by their row index in the
+  corpus, lowest first.  This applies at the k-th position too: if several documents
+  tie for the last place, those with the lowest indices are kept.  Every backend
+  (``numpy``, ``torch``, ``faiss``) applies this rule, so when they compute the same
+  float32 scores they return identical indices.  (Different BLAS libraries may round
+  a dot product differently in the last bit; two documents whose scores differ only
+  by such rounding can then swap between backends.  With exactly representable data,
+  e.g. small integers, all backends agree bit for bit.)
+
+Backends
+--------
+``numpy`` (default on CPU)
+    Blocked SGEMM through numpy's multithreaded BLAS, then a threshold filter: a
+    document can only enter a query's top-k if it beats that query's current k-th
+    score, so after the first block only a tiny fraction of scores is looked at
+    again.  Candidates are merged with an exact lexicographic sort on
+    ``(query, -score, index)``.
+``torch`` (default when CUDA is available)
+    The same blocking on the GPU with ``torch.topk`` per block and a stable merge.
+    Chosen automatically when ``torch.cuda.is_available()``; no flag needed.
+``faiss`` (extra ``asymgeo[faiss]``)
+    ``faiss.IndexFlatIP``, post-processed to the same tie rule (rows whose k-th and
+    (k+1)-th scores tie are recomputed with the numpy backend).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "SearchResult",
+    "exact_search",
+    "transform_index",
+    "AdapterIndex",
+    "available_backends",
+]
+
+_BACKENDS = ("auto", "numpy", "torch", "faiss")
+_CPU_TILE_BYTES = 16 << 20  # score tile that fits the L3 cache of a typical CPU
+_GPU_TILE_BYTES = 512 << 20
+_MIN_BLOCK = 1024
+_MAX_BLOCK = 1 << 16
+_QUERY_BLOCK = 2048
+
+
+# --------------------------------------------------------------------------- result
+@dataclass(frozen=True)
+class SearchResult:
+    """Top-k documents for every query.
+
+    Attributes
+    ----------
+    scores : (n, k) float32
+        Scores in descending order along each row.
+    indices : (n, k) int64
+        Row indices into the corpus; exact score ties are ordered by lower index.
+    backend : str
+        The backend that ran (``"numpy"``, ``"torch:cuda"``, ``"torch:cpu"``, ``"faiss"``).
+
+    The result unpacks like a tuple: ``scores, indices = exact_search(...)``.
+    """
+
+    scores: np.ndarray
+    indices: np.ndarray
+    backend: str = field(default="numpy")
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        yield self.scores
+        yield self.indices
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return (self.scores, self.indices)[i]
+
+    @property
+    def k(self) -> int:
+        return int(self.indices.shape[1])
+
+    def to_run(
+        self, query_ids: Sequence[str], corpus_ids: Sequence[str]
+    ) -> dict[str, dict[str, float]]:
+        """Return a trec-style run ``{qid: {docid: score}}`` for :mod:`asymgeo.metrics`."""
+        n = self.indices.shape[0]
+        if len(query_ids) != n:
+            raise ValueError(
+                f"query_ids: got {len(query_ids)} ids for {n} result rows"
+            )
+        cids = np.asarray(corpus_ids, dtype=object)
+        if self.indices.size and int(self.indices.max()) >= len(cids):
+            raise ValueError(
+                f"corpus_ids: got {len(cids)} ids but results index document "
+                f"{int(self.indices.max())}"
+            )
+        run: dict[str, dict[str, float]] = {}
+        for qid, row_i, row_s in zip(query_ids, self.indices, self.scores):
+            run[str(qid)] = {str(d): float(s) for d, s in zip(cids[row_i], row_s)}
+        return run
+
+
+def available_backends() -> list[str]:
+    """Backends usable in this environment (``numpy`` always)."""
+    out = ["numpy"]
+    try:
+        import torch  # noqa: F401
+
+        out.append("torch")
+    except ImportError:
+        pass
+    try:
+        import faiss  # noqa: F401
+
+        out.append("faiss")
+    except ImportError:
+        pass
+    return out
+
+
+# --------------------------------------------------------------------------- checks
+def _check_k(k: Any, n_docs: int) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k: expected an integer, got {type(k).__name__} {k!r}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k: expected k >= 1, got {k}")
+    if k > n_docs:
+        raise ValueError(
+            f"k: k = {k} is larger than the corpus ({n_docs} documents)"
+        )
+    return k
+
+
+def _check_matrix(value: Any, name: str, shape_word: str) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch tensor
+        value = value.detach().cpu().numpy()
+    arr = np.asarray(value)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
+        raise TypeError(f"{name}: expected a numeric array, got dtype {arr.dtype}")
+    if np.iscomplexobj(arr):
+        raise TypeError(f"{name}: complex values are not supported")
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected a 2-d array {shape_word}, got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name}: expected a non-empty array {shape_word}, got shape {arr.shape}")
+    return arr
+
+
+def _check_finite_rows(arr: np.ndarray, name: str, offset: int = 0) -> None:
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0]) + offset
+        raise ValueError(f"{name}: row {row} contains NaN or infinite values")
+
+
+def _prepare_queries(queries: Any, corpus: np.ndarray, operator: Any) -> np.ndarray:
+    Q = _check_matrix(queries, "queries", "(n, p)")
+    p_docs = corpus.shape[1]
+    if operator is not None:
+        M = _check_matrix(operator, "operator", "(p, p')")
+        if M.shape[0] != Q.shape[1]:
+            raise ValueError(
+                f"operator: shape {M.shape} does not act on queries of dimension "
+                f"{Q.shape[1]} (expected ({Q.shape[1]}, {p_docs}))"
+            )
+        if M.shape[1] != p_docs:
+            raise ValueError(
+                f"operator: shape {M.shape} does not match corpus dimension "
+                f"{p_docs} (expected ({Q.shape[1]}, {p_docs}))"
+            )
+        _check_finite_rows(np.asarray(M), "operator")
+        _check_finite_rows(Q, "queries")
+        # Rows: (M^T x)^T = x^T M; computed in float64 then rounded once.
+        Q = np.asarray(Q, dtype=np.float64) @ np.asarray(M, dtype=np.float64)
+    elif Q.shape[1] != p_docs:
+        raise ValueError(
+            f"queries: dimension {Q.shape[1]} does not match corpus dimension {p_docs} "
+            f"(queries shape {Q.shape}, corpus shape {corpus.shape})"
+        )
+    Q = np.ascontiguousarray(Q, dtype=np.float32)
+    _check_finite_rows(Q, "queries" if operator is None else "queries @ operator")
+    return Q
+
+
+def _block_size(n_queries: int, n_docs: int, k: int, tile_bytes: int, block_size: Any) -> int:
+    if block_size is None:
+        b = tile_bytes // (4 * max(1, n_queries))
+        b = int(min(max(b, _MIN_BLOCK), _MAX_BLOCK))
+    else:
+        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
+            raise TypeError(f"block_size: expected an integer, got {block_size!r}")
+        b = int(block_size)
+        if b < 1:
+            raise ValueError(f"block_size: expected block_size >= 1, got {b}")
+    return int(min(max(b, k), n_docs))
+
+
+def _raise_nonfinite_scores(block: np.ndarray, start: int, name: str = "corpus") -> None:
+    bad = ~np.isfinite(block).all(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0]) + start
+        raise ValueError(f"{name}: row {row} contains NaN or infinite values")
+    raise ValueError(
+        f"{name}: scores overflow float32 near rows {start}..{start + len(block) - 1}; "
+        "rescale the embeddings"
+    )
+
+
+# --------------------------------------------------------------------------- numpy backend
+class _TopK:
+    """Running exact top-k for ``n`` queries with threshold filtering."""
+
+    def __init__(self, n: int, k: int):
+        self.n, self.k = n, k
+        self.scores = np.full((n, k), -np.inf, dtype=np.float32)
+        self.indices = np.full((n, k), -1, dtype=np.int64)
+        self.full = np.zeros(n, dtype=bool)
+        # strict threshold: a document enters only if its score is > thr
+        self.thr = np.full(n, -np.inf, dtype=np.float32)
+        self._rows: list[np.ndarray] = []
+        self._docs: list[np.ndarray] = []
+        self._vals: list[np.ndarray] = []
+        self._pending = 0
+        self._merge_at = max(4 * n * k, 1 << 18)
+
+    def offer(self, S: np.ndarray, q0: int, d0: int, mask: np.ndarray) -> None:
+        """Add candidates from score tile ``S`` (rows q0.., docs d0..)."""
+        nb, B = S.shape
+        thr = self.thr[q0 : q0 + nb]
+        if not self.full[q0 : q0 + nb].all():
+            thr = thr.copy()
+            need = ~self.full[q0 : q0 + nb]
+            kk = min(self.k, B)
+            # kk-th largest of the tile, per row; ">= v" == "> nextafter(v, -inf)"
+            v = np.partition(S[need], B - kk, axis=1)[:, B - kk]
+            thr[need] = np.nextafter(v, np.float32(-np.inf))
+        m = mask[:nb, :B]
+        np.greater(S, thr[:, None], out=m)
+        flat = np.flatnonzero(m)
+        if flat.size == 0:
+            return
+        r, c = np.divmod(flat, B)
+        self._rows.append(r + q0)
+        self._docs.append(c + d0)
+        self._vals.append(S.ravel()[flat])
+        self._pending += flat.size
+        if self._pending >= self._merge_at:
+            self.merge()
+
+    def merge(self) -> None:
+        if not self._rows:
+            return
+        rows = np.concatenate(self._rows)
+        docs = np.concatenate(self._docs)
+        vals = np.concatenate(self._vals)
+        self._rows, self._docs, self._vals, self._pending = [], [], [], 0
+        touched = np.unique(rows)
+        old_s = self.scores[touched]
+        old_i = self.indices[touched]
+        keep = old_i >= 0
+        old_r = np.broadcast_to(touched[:, None], old_i.shape)[keep]
+        rows = np.concatenate([old_r, rows])
+        docs = np.concatenate([old_i[keep], docs])
+        vals = np.concatenate([old_s[keep], vals])
+        # exact order: query, then score descending, then document index ascending
+        order = np.lexsort((docs, -vals, rows))
+        rows, docs, vals = rows[order], docs[order], vals[order]
+        starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+        lengths = np.diff(np.r_[starts, rows.size])
+        pos = np.arange(rows.size) - np.repeat(starts, lengths)
+        sel = pos < self.k
+        rows, docs, vals, pos = rows[sel], docs[sel], vals[sel], pos[sel]
+        self.scores[rows, pos] = vals
+        self.indices[rows, pos] = docs
+        full_rows = touched[np.minimum(lengths, self.k) >= self.k]
+        self.full[full_rows] = True
+        self.thr[full_rows] = self.scores[full_rows, self.k - 1]
+
+
+def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> SearchResult:
+    n = Q.shape[0]
+    N = corpus.shape[0]
+    qb = min(n, _QUERY_BLOCK)
+    top = _TopK(n, k)
+    tile = np.empty((qb, block), dtype=np.float32)
+    mask = np.empty((qb, block), dtype=bool)
+    conv = None if corpus.dtype == np.float32 else np.empty((block, corpus.shape[1]), np.float32)
+    for d0 in range(0, N, block):
+        d1 = min(N, d0 + block)
+        B = d1 - d0
+        C = corpus[d0:d1]
+        if conv is not None:
+            C = conv[:B]
+            C[...] = corpus[d0:d1]
+        CT = C.T
+        for q0 in range(0, n, qb):
+            q1 = min(n, q0 + qb)
+            S = tile[: q1 - q0, :B]
+            if S.base is not None and not S.flags.c_contiguous:
+                S = np.empty((q1 - q0, B), dtype=np.float32)
+            np.matmul(Q[q0:q1], CT, out=S)
+            # any NaN/inf document yields a non-finite score for every query
+            if q0 == 0 and not np.isfinite(S[0]).all():
+                _raise_nonfinite_scores(np.asarray(corpus[d0:d1], dtype=np.float32), d0)
+            top.offer(S, q0, d0, mask)
+    top.merge()
+    return SearchResult(top.scores, top.indices, "numpy")
+
+
+# --------------------------------------------------------------------------- torch backend
+def _search_torch(
+    Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str
+) -> SearchResult:
+    import torch
+
+    dev = torch.device(device)
+    n, N = Q.shape[0], corpus.shape[0]
+    tile_bytes = _GPU_TILE_BYTES if dev.type == "cuda" else _CPU_TILE_BYTES
+    block = _block_size(n, N, k, tile_bytes, block)
+    qb = min(n, max(1, tile_bytes // (4 * block)))
+    prev_tf32 = None
+    if dev.type == "cuda":
+        prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False  # exact float32 products
+    try:
+        Qt = torch.from_numpy(Q).to(dev)
+        top_s = torch.full((n, k), -float("inf"), dtype=torch.float32, device=dev)
+        top_i = torch.full((n, k), -1, dtype=torch.int64, device=dev)
+        for d0 in range(0, N, block):
+            d1 = min(N, d0 + block)
+            C = torch.from_numpy(np.ascontiguousarray(corpus[d0:d1])).to(dev).float()
+            bad = ~torch.isfinite(C).all(dim=1)
+            if bool(bad.any()):
+                row = int(torch.nonzero(bad)[0, 0]) + d0
+                raise ValueError(f"corpus: row {row} contains NaN or infinite values")
+            B = d1 - d0
+            kk = min(k, B)
+            for q0 in range(0, n, qb):
+                q1 = min(n, q0 + qb)
+                S = Qt[q0:q1] @ C.T
+                if not bool(torch.isfinite(S).all()):
+                    _raise_nonfinite_scores(C.cpu().numpy(), d0)
+                vals, idx = torch.topk(S, kk, dim=1, largest=True, sorted=False)
+                # exact tie rule at the cut: rows where more than kk scores reach the
+                # kk-th value are resolved with a stable full sort (lower index first)
+                kth = vals.min(dim=1, keepdim=True).values
+                amb = (S >= kth).sum(dim=1) > kk
+                if bool(amb.any()):
+                    rows = torch.nonzero(amb)[:, 0]
+                    sv, si = torch.sort(S[rows], dim=1, descending=True, stable=True)
+                    vals[rows] = sv[:, :kk]
+                    idx[rows] = si[:, :kk]
+                cs = torch.cat([top_s[q0:q1], vals], dim=1)
+                ci = torch.cat([top_i[q0:q1], idx + d0], dim=1)
+                # placeholders (-1) sort last among -inf by giving them a huge index
+                key_i = torch.where(ci < 0, torch.full_like(ci, N), ci)
+                o1 = torch.argsort(key_i, dim=1, stable=True)
+                cs, ci = cs.gather(1, o1), ci.gather(1, o1)
+                o2 = torch.argsort(cs, dim=1, descending=True, stable=True)[:, :k]
+                top_s[q0:q1] = cs.gather(1, o2)
+                top_i[q0:q1] = ci.gather(1, o2)
+        scores = top_s.cpu().numpy()
+        indices = top_i.cpu().numpy()
+    finally:
+        if prev_tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    return SearchResult(scores, indices, f"torch:{dev.type}")
+
+
+# --------------------------------------------------------------------------- faiss backend
+def _search_faiss(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> SearchResult:
+    try:
+        import faiss
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "backend='faiss' needs FAISS: pip install 'asymgeo[faiss]'"
+        ) from exc
+    N, p = corpus.shape
+    index = faiss.IndexFlatIP(p)
+    for d0 in range(0, N, max(block, 65536)):
+        C = np.ascontiguousarray(corpus[d0 : d0 + max(block, 65536)], dtype=np.float32)
+        _check_finite_rows(C, "corpus", d0)
+        index.add(C)
+    kq = min(k + 1, N)
+    D, I = index.search(Q, kq)
+    D = D.astype(np.float32, copy=False)
+    I = I.astype(np.int64, copy=False)
+    if kq > k:
+        redo = D[:, k - 1] == D[:, k]  # a tie straddles the cut: exact recomputation
+        D, I = D[:, :k].copy(), I[:, :k].copy()
+    else:
+        redo = np.zeros(Q.shape[0], dtype=bool)
+    # within the top-k, order exact ties by lower index
+    o1 = np.argsort(I, axis=1, kind="stable")
+    D, I = np.take_along_axis(D, o1, 1), np.take_along_axis(I, o1, 1)
+    o2 = np.argsort(-D, axis=1, kind="stable")
+    D, I = np.take_along_axis(D, o2, 1), np.take_along_axis(I, o2, 1)
+    if redo.any():
+        rows = np.flatnonzero(redo)
+        sub = _search_numpy(Q[rows], corpus, k, _block_size(rows.size, N, k, _CPU_TILE_BYTES, None))
+        D[rows], I[rows] = sub.scores, sub.indices
+    return SearchResult(np.ascontiguousarray(D), np.ascontiguousarray(I), "faiss")
+
+
+# --------------------------------------------------------------------------- public
+def _resolve(backend: str, device: str) -> tuple[str, str]:
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
+    if not isinstance(device, str):
+        raise TypeError(f"device: expected a string such as 'auto', 'cpu' or 'cuda', got {device!r}")
+    cuda = False
+    if device == "auto" or device.startswith("cuda") or backend in ("auto", "torch"):
+        try:
+            import torch
+
+            cuda = torch.cuda.is_available()
+        except ImportError:
+            if backend == "torch" or device.startswith("cuda"):
+                raise ImportError(
+                    "backend='torch' / device='cuda' needs PyTorch: pip install torch"
+                ) from None
+    if device == "auto":
+        device = "cuda" if cuda else "cpu"
+    if device.startswith("cuda") and not cuda:
+        raise ValueError(f"device: {device!r} requested but torch.cuda.is_available() is False")
+    if backend == "auto":
+        backend = "torch" if device.startswith("cuda") else "numpy"
+    if backend in ("numpy", "faiss") and device != "cpu":
+        raise ValueError(f"backend: {backend!r} runs on the CPU only, got device={device!r}")
+    return backend, device
+
+
+def exact_search(
+    queries: Any,
+    corpus: Any,
+    k: int,
+    *,
+    operator: Any = None,
+    block_size: int | None = None,
+    device: str = "auto",
+    backend: str = "auto",
+) -> SearchResult:
+    """Exact top-``k`` documents by inner product, for every query.
+
+    Parameters
+    ----------
+    queries : (n, p) array
+        Query embeddings, one per row (any float dtype; searched in float32).
+    corpus : (N, p') array
+        Document embeddings, one per row; float32, float16 (upcast block by block)
+        or float64.  A ``numpy.memmap`` is read block by block, once.
+    k : int
+        Results per query, ``1 <= k <= N``.
+    operator : (p, p') array, optional
+        Bilinear operator ``M``: documents are ranked by ``x^T M y``.  Queries are
+        transformed once to ``x^T M`` (i.e. ``M^T x``) and searched against the
+        unchanged corpus.  Without it, ``p' = p`` and the score is ``x . y``.
+    block_size : int, optional
+        Documents per block.  By default chosen so that one float32 score tile is
+        about 16 MiB on CPU (512 MiB on GPU).
+    device : {"auto", "cpu", "cuda", "cuda:N"}
+        ``"auto"`` uses CUDA when ``torch.cuda.is_available()``.
+    backend : {"auto", "numpy", "torch", "faiss"}
+        ``"auto"``: ``torch`` on a CUDA device, otherwise ``numpy`` (faster than
+        ``faiss.IndexFlatIP`` on the benchmark machine, see docs/benchmarks.md).
+
+    Returns
+    -------
+    SearchResult
+        ``scores`` (n, k) float32 descending and ``indices`` (n, k) int64; exact
+        score ties are ordered by lower document index (see module docstring).
+        Unpacks as ``scores, indices = exact_search(...)``.
+    """
+    C = _check_matrix(corpus, "corpus", "(N, p)")
+    backend, device = _resolve(backend, device)
+    Q = _prepare_queries(queries, C, operator)
+    k = _check_k(k, C.shape[0])
+    if backend == "torch":
+        return _search_torch(Q, C, k, block_size, device)
+    block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES, block_size)
+    if backend == "faiss":
+        return _search_faiss(Q, C, k, block)
+    return _search_numpy(Q, C, k, block)
+
+
+# --------------------------------------------------------------------------- adapters
+def transform_index(
+    corpus: Any, doc_map: Any, *, dtype: Any = np.float32, block_size: int = 65536
+) -> np.ndarray:
+    """Documents mapped by a rank-r map: ``Y @ B.T``, built block by block.
+
+    Parameters
+    ----------
+    corpus : (N, p) array
+        Document embeddings (any float dtype, memmaps welcome).
+    doc_map : (r, p) array
+        The document map ``B`` of a rank-r operator ``M = A^T B``.
+    dtype : numpy dtype
+        Storage dtype of the r-dimensional index (float32 or float16).
+
+    Returns
+    -------
+    (N, r) array of ``dtype``.
+    """
+    C = _check_matrix(corpus, "corpus", "(N, p)")
+    Bm = _check_matrix(doc_map, "doc_map", "(r, p)")
+    if Bm.shape[1] != C.shape[1]:
+        raise ValueError(
+            f"doc_map: shape {Bm.shape} does not match corpus dimension {C.shape[1]} "
+            f"(expected (r, {C.shape[1]}))"
+        )
+    _check_finite_rows(Bm, "doc_map")
+    BT = np.ascontiguousarray(Bm.T, dtype=np.float32)
+    out = np.empty((C.shape[0], Bm.shape[0]), dtype=dtype)
+    for d0 in range(0, C.shape[0], block_size):
+        blk = np.asarray(C[d0 : d0 + block_size], dtype=np.float32)
+        out[d0 : d0 + block_size] = blk @ BT
+    return out
+
+
+class AdapterIndex:
+    """An r-dimensional exact index for a rank-r bilinear map ``M = A^T B``.
+
+    Documents are stored once as ``Y @ B.T`` (N, r); queries are searched as
+    ``X @ A.T``.  Then ``(A x) . (B y) = x^T A^T B y = x^T M y``: the ranking equals
+    scoring ``x^T M y`` directly, at r/p of the cost.  For a shared map pass
+    ``doc_map=None`` (``B = A``).
+
+    Parameters
+    ----------
+    corpus : (N, p) array
+    query_map : (r, p) array  -- ``A``
+    doc_map : (r, p) array, optional  -- ``B`` (defaults to ``A``)
+    dtype : storage dtype of the transformed documents (float32 or float16)
+    """
+
+    def __init__(self, corpus: Any, query_map: Any, doc_map: Any = None, *, dtype: Any = np.float32):
+        A = _check_matrix(query_map, "query_map", "(r, p)")
+        Bm = A if doc_map is None else _check_matrix(doc_map, "doc_map", "(r, p)")
+        if Bm.shape[0] != A.shape[0]:
+            raise ValueError(
+                f"doc_map: rank {Bm.shape[0]} does not match query_map rank {A.shape[0]}"
+            )
+        _check_finite_rows(A, "query_map")
+        self.query_map = np.asarray(A, dtype=np.float64)
+        self.doc_map = np.asarray(Bm, dtype=np.float64)
+        self.documents = transform_index(corpus, Bm, dtype=dtype)
+
+    @property
+    def rank(self) -> int:
+        return int(self.query_map.shape[0])
+
+    def __len__(self) -> int:
+        return int(self.documents.shape[0])
+
+    def transform_queries(self, queries: Any) -> np.ndarray:
+        """(n, p) queries -> (n, r) ``X @ A.T``."""
+        Q = _check_matrix(queries, "queries", "(n, p)")
+        if Q.shape[1] != self.query_map.shape[1]:
+            raise ValueError(
+                f"queries: dimension {Q.shape[1]} does not match query_map shape "
+                f"{self.query_map.shape}"
+            )
+        _check_finite_rows(Q, "queries")
+        return (np.asarray(Q, dtype=np.float64) @ self.query_map.T).astype(np.float32)
+
+    def search(self, queries: Any, k: int, **kwargs: Any) -> SearchResult:
+        """Exact top-k under ``x^T A^T B y``; keyword arguments go to :func:`exact_search`."""
+        return exact_search(self.transform_queries(queries), self.documents, k, **kwargs)
