@@ -21,8 +21,11 @@ from .geometry import (
     tangent_dims,
     tangent_projectors,
 )
+from .compare import PairedComparison, paired_comparison
 from .estimators import DualProjection, GeometrySelector, SharedProjection
 from .selection import CarsResult, cars_score, half_splits, selector_projection
+from .search import AdapterIndex, SearchResult, exact_search, transform_index
+from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
 from .simulation import TwoViewModel, candidate_ndcg, two_view_model
 from .theory import (
     LocalRisks,
@@ -73,4 +76,15 @@ __all__ = [
     "CarsResult",
     "half_splits",
     "selector_projection",
+    # retrieval: exact search and metrics
+    "exact_search",
+    "SearchResult",
+    "AdapterIndex",
+    "transform_index",
+    "evaluate_run",
+    "evaluate_indices",
+    "RelevanceTable",
+    "EvalResult",
+    "paired_comparison",
+    "PairedComparison",
 ]
