@@ -1,0 +1,331 @@
+"""Bad input: every public kernel and estimator raises a clear error naming the argument."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asymgeo import (
+    DualProjection,
+    GeometrySelector,
+    SharedProjection,
+    approximation_gap,
+    cars_score,
+    dual_factors,
+    dual_truncate,
+    half_splits,
+    local_risks,
+    optimal_separation,
+    psd_distance,
+    relevance_moment,
+    shared_factors,
+    shared_truncate,
+    sure_regret,
+    sure_select,
+    sure_select_probability,
+    tangent_dims,
+    tangent_projectors,
+    two_view_model,
+)
+from asymgeo._validation import as_float_matrix, check_positive, check_rank, check_seed
+
+RNG = np.random.default_rng(0)
+X10 = RNG.standard_normal((10, 4))
+Y10 = RNG.standard_normal((10, 4))
+N10 = RNG.standard_normal((10, 4))
+M4 = RNG.standard_normal((4, 4))
+U4 = np.linalg.qr(RNG.standard_normal((4, 2)))[0]
+
+
+def _with(value, i=0, j=0, arr=X10):
+    out = arr.copy()
+    out[i, j] = value
+    return out
+
+
+# --------------------------------------------------------------------------- operators
+OPERATOR_FUNCS = [dual_truncate, shared_truncate, dual_factors, shared_factors, approximation_gap, psd_distance]
+
+
+@pytest.mark.parametrize("fn", OPERATOR_FUNCS)
+@pytest.mark.parametrize("rank,pattern", [(0, r"rank: expected 1 <= rank <= p = 4, got 0"),
+                                          (5, r"rank: expected 1 <= rank <= p = 4, got 5"),
+                                          (-1, r"rank: expected 1 <= rank")])
+def test_rank_out_of_range(fn, rank, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        fn(M4, rank)
+
+
+@pytest.mark.parametrize("fn", OPERATOR_FUNCS)
+@pytest.mark.parametrize("rank", [1.5, "2", True, None])
+def test_rank_wrong_type(fn, rank):
+    with pytest.raises(TypeError, match="rank: expected an integer"):
+        fn(M4, rank)
+
+
+@pytest.mark.parametrize("fn", OPERATOR_FUNCS)
+def test_rank_numpy_integer_accepted(fn):
+    fn(M4, np.int64(2))
+
+
+@pytest.mark.parametrize("fn", OPERATOR_FUNCS)
+@pytest.mark.parametrize("bad,pattern", [
+    (np.ones((3, 4)), r"expected a square \(p, p\) matrix, got shape \(3, 4\)"),
+    (np.ones(4), r"expected a 2-d array of shape \(n, p\), got shape \(4,\)"),
+    (np.ones((2, 2, 2)), r"expected a 2-d array"),
+    (np.ones((0, 0)), r"expected a non-empty array"),
+    (_with(np.nan, arr=M4), r"contains NaN or infinite values \(first at index \[0, 0\]\)"),
+    (_with(np.inf, 1, 2, arr=M4), r"contains NaN or infinite values \(first at index \[1, 2\]\)"),
+])
+def test_operator_shape_and_finiteness(fn, bad, pattern):
+    with pytest.raises(ValueError, match=pattern) as exc:
+        fn(bad, 1)
+    assert str(exc.value).split(":")[0] in ("C", "M")  # names the argument
+
+
+@pytest.mark.parametrize("bad,exc_type,pattern", [
+    (np.array([["a", "b"], ["c", "d"]]), TypeError, "expected a numeric array"),
+    (np.eye(2) * (1 + 1j), TypeError, "complex values are not supported"),
+    (np.array([[None, 1], [1, 1]], dtype=object), TypeError, "expected a numeric array"),
+])
+def test_non_numeric_operator(bad, exc_type, pattern):
+    with pytest.raises(exc_type, match=pattern):
+        dual_truncate(bad, 1)
+
+
+# --------------------------------------------------------------------------- relevance moment
+@pytest.mark.parametrize("args,pattern", [
+    ((X10, Y10[:9], N10), r"Y_pos: shape \(9, 4\) does not match X shape \(10, 4\)"),
+    ((X10, Y10, N10[:, :3]), r"Y_neg: shape \(10, 3\) does not match X shape \(10, 4\)"),
+    ((X10[0], Y10[0], N10[0]), r"X: expected a 2-d array of shape \(n, p\)"),
+    ((X10[:0], Y10[:0], N10[:0]), r"X: expected at least one triple"),
+    ((_with(np.nan), Y10, N10), r"X: contains NaN or infinite"),
+    ((X10, _with(np.inf, arr=Y10), N10), r"Y_pos: contains NaN or infinite"),
+    ((X10, Y10, _with(-np.inf, arr=N10)), r"Y_neg: contains NaN or infinite"),
+])
+def test_relevance_moment_bad_input(args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        relevance_moment(*args)
+
+
+# --------------------------------------------------------------------------- tangent spaces / theory
+def test_tangent_projector_bad_U():
+    with pytest.raises(ValueError, match="U: columns must be orthonormal"):
+        tangent_projectors(np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"U: expected shape \(p, r\) with r <= p"):
+        tangent_projectors(np.ones((2, 4)))
+    with pytest.raises(ValueError, match="U: contains NaN"):
+        tangent_projectors(_with(np.nan, arr=U4))
+    Pi_Td, Pi_Ts, Pi_A = tangent_projectors(U4)
+    for Pi in (Pi_Td, Pi_Ts, Pi_A):
+        with pytest.raises(ValueError, match=r"Z: expected shape \(\.\.\., 4, 4\)"):
+            Pi(np.ones((3, 3)))
+
+
+@pytest.mark.parametrize("p,rank,exc,pattern", [
+    (0, 1, ValueError, "p: expected a positive integer"),
+    (2.5, 1, ValueError, "p: expected a positive integer"),
+    (3, 4, ValueError, "rank: expected 1 <= rank <= p = 3"),
+    (3, 0, ValueError, "rank: expected 1 <= rank"),
+])
+def test_tangent_dims_bad(p, rank, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        tangent_dims(p, rank)
+
+
+@pytest.mark.parametrize("sigma", [0, -1.0, np.nan, np.inf])
+def test_local_risks_and_sure_bad_sigma(sigma):
+    with pytest.raises(ValueError, match="sigma: expected a finite number > 0"):
+        local_risks(M4, U4, sigma)
+    with pytest.raises(ValueError, match="sigma: expected a finite number > 0"):
+        sure_select(M4, U4, sigma)
+
+
+def test_local_risks_and_sure_shape_mismatch():
+    with pytest.raises(ValueError, match=r"H: shape \(5, 5\) does not match U with p = 4"):
+        local_risks(np.ones((5, 5)), U4, 1.0)
+    with pytest.raises(ValueError, match=r"Z: shape \(5, 5\) does not match U with p = 4"):
+        sure_select(np.ones((5, 5)), U4, 1.0)
+    with pytest.raises(ValueError, match="H: expected a square"):
+        local_risks(np.ones((4, 3)), U4, 1.0)
+    with pytest.raises(ValueError, match="Z: contains NaN"):
+        sure_select(_with(np.nan, arr=M4), U4, 1.0)
+
+
+@pytest.mark.parametrize("k", [0, -2, 1.5, True, "3"])
+def test_sure_bad_k(k):
+    with pytest.raises(ValueError, match="k: expected a positive integer"):
+        sure_select_probability(k, 1.0)
+    with pytest.raises(ValueError, match="k: expected a positive integer"):
+        sure_regret(1.0, 1.0, k)
+
+
+@pytest.mark.parametrize("lam", [-1.0, np.nan, np.inf, [1.0, -0.5]])
+def test_sure_bad_lambda_and_delta(lam):
+    with pytest.raises(ValueError, match="lam: expected finite values >= 0"):
+        sure_select_probability(3, lam)
+    with pytest.raises(ValueError, match="delta2: expected finite values >= 0"):
+        sure_regret(lam, 1.0, 3)
+
+
+@pytest.mark.parametrize("s2", [0.0, -1.0, np.nan])
+def test_sure_regret_bad_sigma2(s2):
+    with pytest.raises(ValueError, match="sigma2: expected a finite number > 0"):
+        sure_regret(1.0, s2, 3)
+
+
+def test_optimal_separation_bad_covariances():
+    with pytest.raises(ValueError, match="Sigma_x: expected a symmetric covariance"):
+        optimal_separation(M4, M4, None, 1)
+    with pytest.raises(ValueError, match="Sigma_y: expected a positive-definite covariance"):
+        optimal_separation(M4, None, np.diag([1.0, 1.0, 0.0, 1.0]), 1)
+    with pytest.raises(ValueError, match="Sigma_x: expected a square"):
+        optimal_separation(M4, np.ones((4, 3)), None, 1)
+    with pytest.raises(ValueError, match=r"Sigma_y: expected shape \(4, 4\) to match C"):
+        optimal_separation(M4, None, np.eye(3), 1)
+    with pytest.raises(ValueError, match="rank: expected 1 <= rank <= p = 4, got 5"):
+        optimal_separation(M4, None, None, 5)
+    with pytest.raises(ValueError, match="C: contains NaN"):
+        optimal_separation(_with(np.nan, arr=M4), None, None, 1)
+
+
+# --------------------------------------------------------------------------- CARS
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_cars_fewer_than_four_triples(n):
+    with pytest.raises(ValueError, match=f"X: CARS needs at least 4 triples, got n = {n}"):
+        cars_score(X10[:n], Y10[:n], N10[:n], 1)
+
+
+def test_cars_empty_input():
+    with pytest.raises(ValueError, match=r"X: expected a non-empty array, got shape \(0, 4\)"):
+        cars_score(np.ones((0, 4)), np.ones((0, 4)), np.ones((0, 4)), 1)
+
+
+@pytest.mark.parametrize("kwargs,exc,pattern", [
+    (dict(rank=0), ValueError, "rank: expected 1 <= rank <= p = 4, got 0"),
+    (dict(rank=5), ValueError, "rank: expected 1 <= rank <= p = 4, got 5"),
+    (dict(rank=1, n_splits=0), ValueError, "n_splits: expected a positive integer"),
+    (dict(rank=1, n_splits=2.5), ValueError, "n_splits: expected a positive integer"),
+    (dict(rank=1, seed=None), TypeError, "seed: expected an int seed or numpy.random.Generator"),
+    (dict(rank=1, seed=-3), ValueError, "seed: expected a non-negative int"),
+    (dict(rank=1, selector_dim=0), ValueError, "selector_dim: expected 1 <= selector_dim"),
+    (dict(rank=1, splits=[]), ValueError, "splits: expected at least one"),
+    (dict(rank=1, splits=[([0, 1], [1, 2])]), ValueError, r"splits\[0\]: I1 and I2 must be disjoint"),
+    (dict(rank=1, splits=[([0, 10], [1, 2])]), ValueError, r"splits\[0\]\.I1: indices must lie in \[0, 10\)"),
+    (dict(rank=1, splits=[([0, 1], [-1, 2])]), ValueError, r"splits\[0\]\.I2: indices must lie in"),
+    (dict(rank=1, splits=[([0, 0], [1, 2])]), ValueError, r"splits\[0\]\.I1: contains repeated indices"),
+    (dict(rank=1, splits=[([], [1, 2])]), ValueError, r"splits\[0\]\.I1: expected a non-empty 1-d index array"),
+    (dict(rank=1, splits=[([0], [1], [2])]), ValueError, r"splits\[0\]: expected a pair"),
+])
+def test_cars_bad_arguments(kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        cars_score(X10, Y10, N10, **kwargs)
+
+
+@pytest.mark.parametrize("args,pattern", [
+    ((X10, Y10[:9], N10), r"Y_pos: shape \(9, 4\) does not match X shape \(10, 4\)"),
+    ((X10, Y10, N10[:, :2]), r"Y_neg: shape \(10, 2\) does not match X"),
+    ((_with(np.nan), Y10, N10), r"X: contains NaN or infinite values \(first at index \[0, 0\]\)"),
+    ((X10, _with(np.inf, 3, 1, arr=Y10), N10), r"Y_pos: contains NaN or infinite values \(first at index \[3, 1\]\)"),
+    ((X10, Y10, _with(np.nan, arr=N10)), r"Y_neg: contains NaN"),
+    ((X10[:, 0], Y10, N10), r"X: expected a 2-d array"),
+])
+def test_cars_bad_arrays(args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        cars_score(*args, 1)
+
+
+def test_half_splits_too_few():
+    with pytest.raises(ValueError, match="n: need at least 2"):
+        half_splits(1, 3, 0)
+
+
+# --------------------------------------------------------------------------- estimators
+@pytest.mark.parametrize("Est", [SharedProjection, DualProjection, GeometrySelector])
+@pytest.mark.parametrize("rank,exc,pattern", [
+    (0, ValueError, "rank: expected 1 <= rank <= p = 4, got 0"),
+    (5, ValueError, "rank: expected 1 <= rank <= p = 4, got 5"),
+    (2.0, TypeError, "rank: expected an integer"),
+])
+def test_estimator_bad_rank(Est, rank, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        Est(rank=rank).fit(X10, Y10, N10)
+
+
+@pytest.mark.parametrize("Est", [SharedProjection, DualProjection, GeometrySelector])
+@pytest.mark.parametrize("args,pattern", [
+    ((X10, Y10[:, :3], N10), r"Y_pos: shape \(10, 3\) does not match X shape \(10, 4\)"),
+    ((X10, Y10, N10[:5]), r"Y_neg: shape \(5, 4\) does not match X"),
+    ((_with(np.nan), Y10, N10), r"X: contains NaN or infinite"),
+    ((X10, _with(np.inf, arr=Y10), N10), r"Y_pos: contains NaN or infinite"),
+    ((X10, Y10, _with(np.nan, arr=N10)), r"Y_neg: contains NaN or infinite"),
+    ((X10.ravel(), Y10, N10), r"X: expected a 2-d array"),
+    ((np.ones((0, 4)), np.ones((0, 4)), np.ones((0, 4))), r"X: expected a non-empty array"),
+])
+def test_estimator_bad_arrays(Est, args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        Est(rank=1).fit(*args)
+
+
+@pytest.mark.parametrize("Est", [SharedProjection, DualProjection, GeometrySelector])
+def test_estimator_bad_transform_input(Est):
+    est = Est(rank=2).fit(X10, Y10, N10)
+    with pytest.raises(ValueError, match="X: has 3 features per row, but .* was fitted with 4"):
+        est.transform_queries(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="Y: has 5 features per row"):
+        est.transform_documents(np.ones((2, 5)))
+    with pytest.raises(ValueError, match="Y: contains NaN"):
+        est.score(np.ones((2, 4)), _with(np.nan, arr=np.ones((2, 4))))
+
+
+def test_geometry_selector_cars_needs_four_triples():
+    with pytest.raises(ValueError, match="X: CARS needs at least 4 triples, got n = 3"):
+        GeometrySelector(rank=1).fit(X10[:3], Y10[:3], N10[:3])
+
+
+def test_geometry_selector_sure_zero_variance_names_sigma():
+    X = np.ones((10, 4))
+    with pytest.raises(ValueError, match="sigma: the moment has zero estimated noise"):
+        GeometrySelector(rank=1, method="sure").fit(X, X, np.zeros_like(X))
+
+
+# --------------------------------------------------------------------------- simulation
+@pytest.mark.parametrize("kwargs,pattern", [
+    (dict(p=1), "p: expected an integer >= 2"),
+    (dict(p=8, latent_rank=5), "latent_rank: the rotation needs 2 \\* latent_rank <= p"),
+    (dict(p=8, latent_rank=0), "latent_rank: expected an integer in \\[1, p=8\\]"),
+    (dict(noise_sd=-0.1), "noise_sd: expected a finite number >= 0"),
+    (dict(noise_sd=np.nan), "noise_sd: expected a finite number >= 0"),
+    (dict(angle=np.inf), "angle: expected a finite number of radians"),
+    (dict(seed=-1), "seed: expected a non-negative int"),
+])
+def test_two_view_model_bad(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        two_view_model(**kwargs)
+
+
+def test_two_view_sampling_bad_counts():
+    m = two_view_model(p=6, latent_rank=2)
+    with pytest.raises(ValueError, match="n: expected a positive number of triples"):
+        m.sample_triples(0, 1)
+    with pytest.raises(ValueError, match="n_queries, n_negatives: expected positive counts"):
+        m.sample_test(3, 0, 1)
+
+
+# --------------------------------------------------------------------------- helpers
+def test_validation_helpers_directly():
+    with pytest.raises(ValueError, match=r"A: expected a 1-d array of shape \(n,\)"):
+        as_float_matrix(np.ones((2, 2)), "A", ndim=1)
+    assert as_float_matrix(np.ones((2, 2), dtype=np.float16), "A").dtype == np.float64
+    assert as_float_matrix(np.ones((2, 2), dtype=bool), "A").dtype == np.float64
+    assert check_rank(np.int32(3), 5) == 3
+    with pytest.raises(ValueError, match="k: expected 1 <= k <= p = 2, got 3"):
+        check_rank(3, 2, "k")
+    assert check_positive(0, "x", allow_zero=True) == 0.0
+    with pytest.raises(TypeError, match="x: expected a number"):
+        check_positive("abc", "x")
+    g = np.random.default_rng(1)
+    assert check_seed(g) is g
+    assert isinstance(check_seed(np.random.SeedSequence(3)), np.random.Generator)
+    with pytest.raises(TypeError, match="seed: expected an int seed"):
+        check_seed(1.5)
