@@ -265,3 +265,10 @@ def test_auto_backend_is_numpy_without_cuda():
     torch = pytest.importorskip("torch")
     res = exact_search(np.ones((1, 2)), np.ones((3, 2)), 1)
     assert res.backend == ("torch:cuda" if torch.cuda.is_available() else "numpy")
+
+
+def test_signed_zero_scores_tie():
+    C = np.array([[-0.0], [0.0], [-0.0], [1.0], [-1.0]], np.float32)
+    for backend in BACKENDS:
+        s, i = exact_search(np.ones((1, 1)), C, 5, block_size=1, backend=backend, device="cpu")
+        np.testing.assert_array_equal(i, [[3, 0, 1, 2, 4]])

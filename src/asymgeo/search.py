@@ -280,8 +280,12 @@ class _TopK:
         rows = np.concatenate([old_r, rows])
         docs = np.concatenate([old_i[keep], docs])
         vals = np.concatenate([old_s[keep], vals])
-        # exact order: query, then score descending, then document index ascending
-        order = np.lexsort((docs, -vals, rows))
+        # Exact order: query, then score descending, then document index ascending.
+        # One stable sort on a 64-bit key (query, order-preserving bits of -score)
+        # suffices: within a query, equal scores already appear in ascending document
+        # order here (kept entries come from earlier blocks and are themselves ordered
+        # that way; pending candidates arrive block by block, row-major).
+        order = np.argsort(_desc_key(rows, vals), kind="stable")
         rows, docs, vals = rows[order], docs[order], vals[order]
         starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
         lengths = np.diff(np.r_[starts, rows.size])
@@ -293,6 +297,16 @@ class _TopK:
         full_rows = touched[np.minimum(lengths, self.k) >= self.k]
         self.full[full_rows] = True
         self.thr[full_rows] = self.scores[full_rows, self.k - 1]
+
+
+def _desc_key(rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """uint64 keys increasing in (row, -score); -0.0 and +0.0 compare equal."""
+    v = np.asarray(vals, dtype=np.float32) + np.float32(0.0)  # -0.0 -> +0.0
+    u = v.view(np.uint32)
+    neg = (u >> np.uint32(31)).astype(bool)
+    asc = np.where(neg, ~u, u | np.uint32(0x80000000))  # ascending with the float value
+    desc = ~asc
+    return (rows.astype(np.uint64) << np.uint64(32)) | desc.astype(np.uint64)
 
 
 def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> SearchResult:
