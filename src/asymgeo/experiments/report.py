@@ -250,6 +250,10 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
 
     Experiments without results are listed as not run.  Returns the markdown path.
     """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - matplotlib is in the experiments extra
+        raise ImportError("the report needs matplotlib: pip install 'asymgeo[experiments]'") from exc
     docs = Path(docs_dir)
     figs = docs / "figures"
     figs.mkdir(parents=True, exist_ok=True)

@@ -420,13 +420,21 @@ def _flatten(payload: dict) -> dict[str, Any]:
     return row
 
 
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas is in the experiments extra
+        raise ImportError("the results tables need pandas: pip install 'asymgeo[experiments]'") from exc
+    return pd
+
+
 def consolidate(results_dir: str | os.PathLike, experiment: Experiment, *, fmt: str = "auto") -> Path:
     """Write the finished cells of ``experiment`` (in grid order) to one results table.
 
     ``fmt``: ``"parquet"``, ``"csv"`` or ``"auto"`` (Parquet when pyarrow imports).
     The table is written to a temporary file and renamed into place.  Returns its path.
     """
-    import pandas as pd
+    pd = _pandas()
 
     configs = experiment.configs()
     ids = [cell_id(c) for c in configs]
@@ -464,7 +472,7 @@ def consolidate(results_dir: str | os.PathLike, experiment: Experiment, *, fmt: 
 
 def read_results(results_dir: str | os.PathLike, name: str):
     """Read ``<results_dir>/<name>/results.parquet`` (or ``.csv``) into a DataFrame."""
-    import pandas as pd
+    pd = _pandas()
 
     base = results_path(results_dir, name)
     if (base / "results.parquet").is_file():
