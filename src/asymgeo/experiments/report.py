@@ -121,6 +121,25 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
                for a in sorted(summary["angle"].unique())]
     fp_tab = _table(["angle", *[f"rank {r}" for r in ranks]], fp_rows)
     seeds = int(sub["seeds"].max())
+    notes = []
+    for angle, paper_n in rq1.PAPER_FIRST_POSITIVE.items():
+        ours = first[rank].get(round(angle, 6))
+        if ours == paper_n or round(angle, 6) not in first[rank]:
+            continue
+        g = sub[np.isclose(sub["angle"], angle)].sort_values("n")
+        cells = ", ".join(f"n={int(r.n)}: {r.diff_mean:+.4f} [{r.ci_low:+.4f}, {r.ci_high:+.4f}]"
+                          for r in g.itertuples())
+        straddle = [int(r.n) for r in g.itertuples() if r.ci_low <= 0 <= r.ci_high]
+        notes.append(
+            f"- At {angle} rad the first positive mean is n = {ours}, the paper's is n = {paper_n}. "
+            f"Means with 95% normal intervals over {seeds} seeds: {cells}. "
+            + (f"The intervals at n = {straddle} contain zero, so the crossing size is not resolved "
+               f"by {seeds} seeds at these sizes; " if straddle else "")
+            + "the paper does not specify how its loadings are drawn or how many test queries it "
+              "uses, and the crossing size of a given angle depends on that draw (our document "
+              "loading rotates each query direction into its own orthogonal plane, "
+              "`asymgeo.simulation`).")
+    note_text = ("\n### Where we differ\n\n" + "\n".join(notes) + "\n") if notes else ""
     text = f"""## RQ1: the boundary in two-view retrieval (Figure 3)
 
 ![Figure 3]({fig_rel})
@@ -133,7 +152,7 @@ Mean over {seeds} paired seeds of Dual − Shared NDCG@10 at rank {rank} (positi
 First training size with a positive mean, per angle and fitted rank ("None": never in the grid):
 
 {fp_tab}
-"""
+{note_text}"""
     return text, claims
 
 
@@ -172,6 +191,23 @@ def _table2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[st
          f"max {max_abs:.5f} (MC SE ≤ {max_se:.5f}, max |z| = {max_zs:.1f})",
          _verdict(max_abs <= table2.PAPER_SURE_ABS_TOL)],
     ]
+    notes = []
+    if max_rel > table2.PAPER_RISK_REL_TOL:
+        notes.append(
+            f"- Risks: the largest relative error at n = {n_max} is {100 * max_rel:.3f}% against the paper's "
+            f"0.25%, with Monte-Carlo relative SE up to {100 * max_rel_se:.3f}% and |z| up to {max_z:.1f}. "
+            + ("A |z| below ~3 means the excess is Monte-Carlo noise: 20,000 draws cannot certify 0.25% "
+               "reliably." if max_z < 3 else
+               "A |z| this large is not Monte-Carlo noise: it is the finite-n (O(n^-1/2)) remainder of "
+               "the local expansion at this design (eigenvalues of S from 2 to 1)."))
+    if max_abs > table2.PAPER_SURE_ABS_TOL:
+        notes.append(
+            f"- SURE: the largest absolute error is {max_abs:.5f} against the paper's 0.001, with binomial "
+            f"SE up to {max_se:.5f} and |z| up to {max_zs:.1f}: "
+            + ("consistent with Monte-Carlo noise; with this many draws an error of 0.001 is about "
+               f"{table2.PAPER_SURE_ABS_TOL / max_se:.1f} SE, so a 'within 0.001' match is partly luck."
+               if max_zs < 3 else "larger than Monte-Carlo noise explains."))
+    note_text = ("\n### Where we differ\n\n" + "\n".join(notes) + "\n") if notes else ""
     text = f"""## Table 2: local-risk and SURE calibration
 
 ![Table 2 calibration]({fig_rel})
@@ -193,9 +229,9 @@ Monte-Carlo precision: with {draws:,} draws the relative standard error of a ris
 {100 * max_rel_se:.2f}%, so "within 0.25%" is a ~{table2.PAPER_RISK_REL_TOL / max_rel_se:.1f}-SE statement;
 with {sdraws:,} draws the standard error of a probability near 1/2 is {np.sqrt(0.25 / sdraws):.5f}, so
 "within 0.001" is at most a ~{table2.PAPER_SURE_ABS_TOL / np.sqrt(0.25 / sdraws):.1f}-SE statement there.
-Matches at this precision are expected only up to Monte-Carlo luck; the |z| columns say whether a
-deviation is noise.
-"""
+Matches at this precision are expected only up to Monte-Carlo luck; |z| (deviation over its
+standard error) says whether a deviation is noise.
+{note_text}"""
     return text, claims
 
 
@@ -221,6 +257,27 @@ def _rq2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
          f"{c['median_abs_corrected_error']:.3f} vs raw {c['median_abs_raw_excess']:.3f}",
          _verdict(c["corrected_closer_than_raw"] >= 0.8 * c["cells"])],
     ]
+    notes = []
+    if not c["raw_ci_above_population_everywhere"]:
+        bad = s[s["raw_low"] <= s["population"]]
+        where = ", ".join(f"{r.angle:.1f} rad / n={int(r.n)} (mean {r.raw_mean:.3f}, lower bound "
+                          f"{r.raw_low:.3f}, population {r.population:.3f})" for r in bad.itertuples())
+        above = bool((bad["raw_mean"] > bad["population"]).all())
+        notes.append(
+            f"- The raw interval reaches down to the population value at {where}: at large n the "
+            "noise inflation (order tr(Σ)/n) becomes comparable to the seed-to-seed spread"
+            + (", so the mean is still above the population value but the 95% t interval is not."
+               if above else "; there the raw mean is not above the population value either."))
+    if c["corrected_ci_covers_population"] < c["cells"]:
+        bad = s[(s["corrected_low"] > s["population"]) | (s["corrected_high"] < s["population"])]
+        where = ", ".join(f"{r.angle:.1f} rad / n={int(r.n)} ({r.corrected_mean:.3f} vs {r.population:.3f})"
+                          for r in bad.itertuples())
+        notes.append(
+            f"- The corrected interval misses the population value at {where}. The cross-half "
+            "agreement is unbiased for ||E V_half||², the squared distance of the *expected half-sample* "
+            "fit difference, which differs from the population distance at small n because the "
+            "truncations are nonlinear; this is a residual bias, smaller than the raw inflation.")
+    note_text = ("\n### Where we differ\n\n" + "\n".join(notes) + "\n") if notes else ""
     text = f"""## RQ2 (simulation): raw versus corrected asymmetry (Figure 4A)
 
 ![Figure 4A]({fig_rel})
@@ -230,7 +287,7 @@ half-splits. raw = `||P_d(Ĉ) − P_s(Ĉ)||²` of the training moment; corrected
 agreement `<V_I1, V_I2>` (CARS, eq. 7, without the variance charge); CARS score = corrected − ¼ disagreement.
 
 {tab}
-"""
+{note_text}"""
     return text, claims
 
 
