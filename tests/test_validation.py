@@ -329,3 +329,23 @@ def test_validation_helpers_directly():
     assert isinstance(check_seed(np.random.SeedSequence(3)), np.random.Generator)
     with pytest.raises(TypeError, match="seed: expected an int seed"):
         check_seed(1.5)
+
+
+def test_candidate_ndcg_bad_operator():
+    from asymgeo import candidate_ndcg
+
+    test = two_view_model(p=6, latent_rank=2).sample_test(3, 4, 0)
+    with pytest.raises(ValueError, match=r"M: expected shape \(6, 6\) to match the test queries, got \(5, 5\)"):
+        candidate_ndcg(np.eye(5), test)
+    with pytest.raises(ValueError, match="M: expected a square"):
+        candidate_ndcg(np.ones((6, 5)), test)
+    # A NaN operator used to rank every positive first (all comparisons False): NDCG 1.
+    with pytest.raises(ValueError, match="M: contains NaN"):
+        candidate_ndcg(np.full((6, 6), np.nan), test)
+
+
+def test_local_gaussian_point_bad_rank():
+    from asymgeo.simulation import local_gaussian_point
+
+    with pytest.raises(ValueError, match="rank: expected 1 <= rank <= p = 3, got 5"):
+        local_gaussian_point(3, 5, 0)

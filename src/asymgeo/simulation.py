@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_positive, check_seed
+from ._validation import as_float_matrix, check_positive, check_rank, check_seed, check_square
 
 __all__ = [
     "TwoViewModel",
@@ -159,6 +159,10 @@ def candidate_ndcg(M: np.ndarray, test: CandidateTest, k: int = 10) -> np.ndarra
     -------
     (m,) float64 array.
     """
+    M = as_float_matrix(M, "M")
+    check_square(M, "M")
+    if M.shape[0] != test.X.shape[1]:
+        raise ValueError(f"M: expected shape ({test.X.shape[1]}, {test.X.shape[1]}) to match the test queries, got {M.shape}")
     q = test.X @ M  # (m, p): rows are M^T x
     s_pos = np.einsum("ij,ij->i", q, test.Y_pos)
     s_neg = np.einsum("ij,inj->in", q, test.Y_neg)
@@ -172,6 +176,7 @@ def local_gaussian_point(p: int, rank: int, seed: int | np.random.Generator, *, 
     Returns ``(S, U)`` with U (p, r) Haar-orthonormal; eigenvalues default to
     ``linspace(2, 1, r)`` (well separated from zero).
     """
+    rank = check_rank(rank, p)
     rng = check_seed(seed)
     G = rng.standard_normal((p, rank))
     Q, R = np.linalg.qr(G)
