@@ -134,8 +134,6 @@ def test_bad_input_one_line_exit_2(capsys, argv, needle):
     assert "Traceback" not in err and out == ""
 
 
-@pytest.mark.xfail(strict=True, reason="demo passes a negative seed straight to numpy; the message "
-                   "('expected non-negative integer') does not name the argument (experiments/demo.py)")
 def test_bad_seed_message_names_argument(capsys):
     code, _, err = _run(capsys, ["demo", "--n", "16", "--seed", "-1"])
     assert code == 2 and "seed" in err

@@ -219,8 +219,20 @@ def cars_score(
     C_all = X.T @ D / n
     # Full-data factors: the raw plug-in distance, and warm starts for every half.
     full = residual_factors(C_all, rank, method=method)
-    V_all, Q_all = full[1][:, :rank], full[1][:, rank:]
     raw_distance = _inner(full, full)
+    # Warm starts for the halves: the full-data leading subspaces, with headroom (2r) so
+    # that the Krylov solver also sees the directions just below the truncation edge.
+    width = min(2 * rank, p)
+    if method != "dense" and 4 * width + 16 <= p:
+        _, _, V_all = top_singular(C_all, width, method=method)
+        S_all = sym(C_all)
+        _, Q_top = top_eigen(S_all, rank, method=method)
+        _, Q_bottom = top_eigen(-S_all, rank, method=method)
+        # Both ends of the symmetric spectrum: large negative eigenvalues are what slows
+        # a Krylov solver for the top algebraic ones, so seed them too.
+        Q_all = np.concatenate([Q_top, Q_bottom], axis=1)
+    else:
+        V_all, Q_all = full[1][:, :rank], full[1][:, rank:]
 
     L = len(split_list)
     agreement = np.empty(L)

@@ -37,6 +37,8 @@ def run_demo(
     """Run the demo and return a JSON-serialisable record (config, seeds, rows)."""
     if not sizes:
         raise ValueError("sizes: expected at least one training size")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
     for n in sizes:
         if n < 4:
             raise ValueError(f"n: every training size must be >= 4 (CARS needs 4 triples), got {n}")
