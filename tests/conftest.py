@@ -7,21 +7,12 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
 
 # Make the independent reference implementations importable as ``reference_impl``
 # (the CARS benchmark imports the same module).
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
-
-settings.register_profile(
-    "asymgeo",
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-settings.load_profile("asymgeo")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg as sla
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
@@ -129,6 +129,8 @@ def test_theorem1_three_part_decomposition_by_hand():
 
 
 # --------------------------------------------------------------------------- property tests
+PROPERTY_SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
 matrix_case = st.tuples(
     st.integers(min_value=2, max_value=7),  # p
     st.integers(min_value=1, max_value=7),  # r (clipped to p)
@@ -144,6 +146,7 @@ def _draw(case):
     return rng.standard_normal((p, p)) * scale, r, rng
 
 
+@PROPERTY_SETTINGS
 @given(matrix_case)
 def test_property_gap_terms_match_numpy_and_gap_nonnegative(case):
     M, r, _ = _draw(case)
@@ -161,6 +164,7 @@ def test_property_gap_terms_match_numpy_and_gap_nonnegative(case):
     assert fro2(M - dual_truncate(M, r, method="dense")) == pytest.approx(gap.dual_error, rel=1e-8, abs=1e-12 * scale)
 
 
+@PROPERTY_SETTINGS
 @given(matrix_case)
 def test_property_truncations_are_members_of_their_families(case):
     M, r, _ = _draw(case)
@@ -177,6 +181,7 @@ def test_property_truncations_are_members_of_their_families(case):
     np.testing.assert_allclose(D, naive_dual_truncate(M, r), atol=1e-9 * scale)
 
 
+@PROPERTY_SETTINGS
 @given(matrix_case)
 def test_property_nearest_point_beats_random_members(case):
     M, r, rng = _draw(case)
@@ -194,6 +199,7 @@ def test_property_nearest_point_beats_random_members(case):
         assert fro2(M - Pp.T @ Pp) >= gap.shared_error * (1 - 1e-9) - 1e-12 * fro2(M)
 
 
+@PROPERTY_SETTINGS
 @given(st.integers(2, 7), st.integers(1, 7), st.integers(1, 7), st.integers(0, 2**31 - 1))
 def test_property_psd_of_rank_le_r_has_zero_gap(p, q, r, seed):
     q, r = min(q, p), min(r, p)

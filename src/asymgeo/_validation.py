@@ -19,6 +19,7 @@ __all__ = [
     "check_square",
     "check_seed",
     "check_positive",
+    "check_triples_informative",
 ]
 
 
@@ -117,3 +118,20 @@ def check_seed(seed: Any, name: str = "seed") -> np.random.Generator:
     if int(seed) < 0:
         raise ValueError(f"{name}: expected a non-negative int, got {seed}")
     return np.random.default_rng(int(seed))
+
+
+def check_triples_informative(X: np.ndarray, D: np.ndarray) -> None:
+    """Refuse degenerate training data that would silently give a zero moment.
+
+    ``X`` (n, p) queries and ``D = Y_pos - Y_neg`` (n, p).  Raises when every query row
+    is the same vector (zero variance, n >= 2), when X is all zeros, or when the
+    positive equals the negative in every triple.
+    """
+    if not np.any(X):
+        raise ValueError("X: every query vector is zero; the relevance moment would be zero")
+    if X.shape[0] >= 2 and not np.any(X != X[0]):
+        raise ValueError("X: zero variance, every query row is identical")
+    if not np.any(D):
+        raise ValueError(
+            "Y_pos, Y_neg: zero variance in Y_pos - Y_neg, the positive equals the negative in every triple"
+        )

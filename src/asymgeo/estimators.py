@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import as_float_matrix, check_rank, check_same_shape
+from ._validation import as_float_matrix, check_rank, check_same_shape, check_triples_informative
 from .geometry import dual_factors, relevance_moment, shared_factors, sym
 from .selection import MIN_CARS_TRIPLES, CarsResult, cars_score
 from .theory import SureResult, sure_select
@@ -72,6 +72,16 @@ def _check_triples(X, Y_pos, Y_neg) -> tuple[np.ndarray, np.ndarray, np.ndarray 
 
 
 def _moment(X, Y_pos, Y_neg) -> np.ndarray:
+    C = _raw_moment(X, Y_pos, Y_neg)
+    if not np.any(C):
+        check_triples_informative(
+            np.asarray(X), np.asarray(Y_pos) - (0 if Y_neg is None else np.asarray(Y_neg))
+        )
+        raise ValueError("X, Y_pos, Y_neg: the relevance moment is exactly zero; nothing to fit")
+    return C
+
+
+def _raw_moment(X, Y_pos, Y_neg) -> np.ndarray:
     if Y_neg is None:
         # E[X (Y+ - Y-)^T] = E[X Y+^T] for centred negatives independent of X (Section 2).
         Y_neg = np.zeros((1, X.shape[1]))

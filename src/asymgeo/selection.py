@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ._lowrank import top_eigen, top_singular
-from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed
+from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed, check_triples_informative
 from .geometry import sym
 
 __all__ = [
@@ -183,6 +183,7 @@ def cars_score(
         rng_proj, rng_split = (np.random.default_rng(s) for s in ss.spawn(2))
     D = Y_pos - Y_neg
     del Y_pos, Y_neg
+    check_triples_informative(X, D)
     if selector_dim is not None:
         selector_dim = check_rank(selector_dim, 10**12, "selector_dim")
         if selector_dim < p:
