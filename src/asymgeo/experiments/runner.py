@@ -524,6 +524,14 @@ def _thread_limit():
     return threadpool_limits(limits=1)
 
 
+def _worker_init() -> None:
+    """Pool workers ignore Ctrl-C: the driver handles it (cancels pending cells, keeps
+    finished ones) instead of every worker printing a traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _execute(cell: str, config: dict) -> tuple[dict, float]:
     """Run one cell in a worker: import the function, time it, return (record, seconds)."""
     fn = _import_cell(cell)
@@ -624,7 +632,8 @@ def run_cells(
     # Linux: fork (cheap start; each cell caps BLAS at one thread via threadpoolctl).
     # Elsewhere: spawn, with the thread variables set to 1 while the workers start.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
+                                  initializer=_worker_init)
     try:
         with _single_thread_env():
             futures = {pool.submit(_execute, cell, cfg): cfg for cfg in configs}
@@ -719,6 +728,7 @@ def run_sweep(
         Re-raised after saving the table; finished cells are kept.
     """
     t0 = time.perf_counter()
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     base = results_path(results_dir, experiment.name)
     cells_dir = base / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -758,7 +768,8 @@ def run_sweep(
         table = consolidate(results_dir, experiment)
         wall = time.perf_counter() - t0
         log = {
-            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "started": started,
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": command if command is not None else " ".join(["asymgeo", *sys.argv[1:]]),
             "executor": executor,
             "workers": n_workers,
