@@ -121,7 +121,7 @@ def test_demo_subprocess_json():
         (["demo", "--n", "16", "--angle", "nan"], "angle"),
         (["demo", "--n", "16", "--angle", "inf"], "angle"),
         (["demo", "--n", "16", "--n-test", "0"], "n_queries"),
-        (["demo", "--n", "16", "--seed", "-1"], ""),
+        (["demo", "--n", "16", "--seed", "-1"], "seed"),
     ],
 )
 def test_bad_input_one_line_exit_2(capsys, argv, needle):
