@@ -349,3 +349,15 @@ def test_local_gaussian_point_bad_rank():
 
     with pytest.raises(ValueError, match="rank: expected 1 <= rank <= p = 3, got 5"):
         local_gaussian_point(3, 5, 0)
+
+
+@pytest.mark.parametrize("X,Yp,Yn,pattern", [
+    (np.zeros((8, 3)), np.ones((8, 3)), np.zeros((8, 3)), "X: every query vector is zero"),
+    (np.tile([1.0, 2.0, 3.0], (8, 1)), X10[:8, :3], N10[:8, :3], "X: zero variance, every query row is identical"),
+    (X10[:8, :3], N10[:8, :3], N10[:8, :3], "Y_pos, Y_neg: zero variance in Y_pos - Y_neg"),
+])
+def test_zero_variance_triples_refused(X, Yp, Yn, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        cars_score(X, Yp, Yn, 1)
+    with pytest.raises(ValueError, match=pattern):
+        GeometrySelector(rank=1).fit(X, Yp, Yn)
