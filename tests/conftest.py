@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,3 +21,14 @@ def rng() -> np.random.Generator:
     """A fresh, fixed-seed generator per test."""
     return np.random.default_rng(12345)
 
+
+#: ``../shared`` beside the checkout: read-only data, embeddings and the paper.
+SHARED_DIR = Path(__file__).resolve().parents[1] / ".." / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The ``../shared`` folder (fails, never skips, when it is missing)."""
+    if not SHARED_DIR.is_dir():
+        pytest.fail(f"{SHARED_DIR.resolve()}: the shared data folder is missing")
+    return SHARED_DIR.resolve()

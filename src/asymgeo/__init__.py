@@ -27,6 +27,19 @@ from .selection import CarsResult, cars_score, half_splits, selector_projection
 from .search import AdapterIndex, SearchResult, exact_search, transform_index
 from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
 from .simulation import TwoViewModel, candidate_ndcg, two_view_model
+from .data import (
+    BeirDataset,
+    EmbeddingCache,
+    Triples,
+    adaptation_split,
+    encode_dataset,
+    load_beir,
+    load_embeddings,
+    load_triples,
+    nested_subsets,
+    query_folds,
+    split_queries,
+)
 from .theory import (
     LocalRisks,
     OptimalSeparation,
@@ -87,4 +100,16 @@ __all__ = [
     "EvalResult",
     "paired_comparison",
     "PairedComparison",
+    # data: BEIR datasets, embedding cache, splits, triples
+    "load_beir",
+    "BeirDataset",
+    "load_embeddings",
+    "EmbeddingCache",
+    "encode_dataset",
+    "adaptation_split",
+    "split_queries",
+    "query_folds",
+    "nested_subsets",
+    "load_triples",
+    "Triples",
 ]

@@ -85,6 +85,82 @@ def _run_demo(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- embed
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dataset", metavar="DATASET", help="BEIR folder, or a name under --data-dir")
+    p.add_argument("--encoder", default="all-MiniLM-L6-v2", help="encoder name, HF id or folder (default all-MiniLM-L6-v2)")
+    p.add_argument("--data-dir", default=None, help="datasets by name (default $ASYMGEO_DATA_DIR, ~/.cache/asymgeo/datasets)")
+    p.add_argument("--cache-dir", default=None, help="embedding caches (default $ASYMGEO_CACHE_DIR, ~/.cache/asymgeo/embeddings)")
+
+
+@_command("embed")
+def _add_embed(sub):
+    p = _subparser(
+        sub,
+        "embed",
+        "Encode a BEIR dataset's queries and corpus into the float16 embedding cache (resumable).",
+        "asymgeo embed scifact --encoder all-MiniLM-L6-v2 --data-dir ../shared/data --cache-dir /tmp/emb",
+    )
+    _add_data_args(p)
+    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default 32)")
+    p.add_argument("--chunk-size", type=int, default=2048, help="rows per saved part, the resume unit (default 2048)")
+    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--download", action="store_true", help="download the BEIR archive if DATASET is not found")
+    p.add_argument("--overwrite", action="store_true", help="re-encode even if a complete cache exists")
+    p.set_defaults(func=_run_embed)
+    return p
+
+
+def _run_embed(args) -> int:
+    from .data import encode_dataset, load_beir
+
+    ds = load_beir(args.dataset, data_dir=args.data_dir, download=args.download)
+    cache = encode_dataset(
+        ds, args.encoder, cache_dir=args.cache_dir, device=args.device, batch_size=args.batch_size,
+        chunk_size=args.chunk_size, overwrite=args.overwrite,
+    )
+    print(f"{cache.path}: corpus {cache.corpus.shape}, queries {cache.queries.shape}, {cache.corpus.dtype}")
+    return 0
+
+
+# --------------------------------------------------------------------------- select
+@_command("select")
+def _add_select(sub):
+    p = _subparser(
+        sub,
+        "select",
+        "Choose shared or dual geometry with CARS (eq. 7) on a dataset's frozen training triples.",
+        "asymgeo select scifact --encoder all-MiniLM-L6-v2 --rank 16 --data-dir ../shared/data --cache-dir ../shared/embeddings",
+    )
+    _add_data_args(p)
+    p.add_argument("--rank", type=int, required=True, help="fitted rank r")
+    p.add_argument("--split", default="train", help="train, validation, test or a qrels split (default train)")
+    p.add_argument("--n-splits", type=int, default=20, help="CARS half-splits L (default 20)")
+    p.add_argument("--selector-dim", type=int, default=None, help="fixed random projection dimension (paper: 256)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the half-splits (default 0)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_run_select)
+    return p
+
+
+def _run_select(args) -> int:
+    from .data import load_triples
+    from .geometry import approximation_gap, relevance_moment
+    from .selection import cars_score
+
+    tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
+    res = cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed, selector_dim=args.selector_dim)
+    gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
+    if args.json:
+        _print_json({"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr), "cars": res.as_dict(), "approximation_gap": gap.as_dict()})
+        return 0
+    print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples: n = {len(tr)}, p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
+    print(f"decision: {res.choice}")
+    print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (standard error)")
+    print(f"approximation gap of the training moment: {gap.gap:.6g} (shared {gap.shared_error:.6g}, dual {gap.dual_error:.6g})")
+    return 0
+
+
 # --------------------------------------------------------------------------- reproduce
 @_command("reproduce")
 def _add_reproduce(sub):

