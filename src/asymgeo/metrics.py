@@ -300,7 +300,7 @@ def evaluate_run(
         items = sorted(docs.items(), key=lambda kv: kv[0], reverse=True)
         items.sort(key=lambda kv: kv[1], reverse=True)
         for j, (d, s) in enumerate(items[:kmax]):
-            if isinstance(s, float) and s != s:
+            if s != s:  # NaN (float or numpy scalar)
                 raise ValueError(f"run[{q!r}][{d!r}]: score is NaN")
             gr = rel.get(d)
             if gr is not None:

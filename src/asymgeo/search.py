@@ -34,7 +34,9 @@ Backends
     Chosen automatically when ``torch.cuda.is_available()``; no flag needed.
 ``faiss`` (extra ``asymgeo[faiss]``)
     ``faiss.IndexFlatIP``, post-processed to the same tie rule (rows whose k-th and
-    (k+1)-th scores tie are recomputed with the numpy backend).
+    (k+1)-th scores tie are recomputed with the numpy backend).  The index holds a
+    float32 copy of the corpus, so this backend needs the corpus' memory twice
+    (float32) or three times (float16 input).
 """
 
 from __future__ import annotations
@@ -239,7 +241,8 @@ class _TopK:
         self._docs: list[np.ndarray] = []
         self._vals: list[np.ndarray] = []
         self._pending = 0
-        self._merge_at = max(4 * n * k, 1 << 18)
+        # merge when pending candidates reach 4 n k (at most 8M entries, ~160 MiB)
+        self._merge_at = min(max(4 * n * k, 1 << 18), 1 << 23)
 
     def offer(self, S: np.ndarray, q0: int, d0: int, mask: np.ndarray) -> None:
         """Add candidates from score tile ``S`` (rows q0.., docs d0..)."""
