@@ -256,3 +256,21 @@ def test_scifact_minilm_ndcg_matches_published_check():
     assert len(res.query_ids) == 300
     assert res.mean["ndcg@10"] == pytest.approx(0.6451, abs=5e-5)
     assert res.mean["recall@100"] == pytest.approx(0.925, abs=1e-9)
+
+
+@pytest.mark.skipif(not (SHARED / "embeddings" / "scifact" / "all-MiniLM-L6-v2").exists(), reason="shared embeddings absent")
+def test_cli_evaluate_scifact(capsys):
+    import json
+
+    from asymgeo.cli import main
+
+    args = ["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(SHARED / "data"),
+            "--cache-dir", str(SHARED / "embeddings")]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_queries"] == 300 and out["n_docs"] == 5183
+    assert out["mean"]["ndcg@10"] == pytest.approx(0.6451, abs=5e-5)
+    assert main(args) == 0
+    assert "ndcg@10         0.6451" in capsys.readouterr().out
+    assert main(args + ["--split", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err

@@ -205,6 +205,40 @@ def _run_reproduce(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- evaluate
+@_command("evaluate")
+def _add_evaluate(sub):
+    p = _subparser(
+        sub,
+        "evaluate",
+        "Evaluate a frozen encoder on a split: exact full-corpus search, NDCG@k (Appendix F) and friends.",
+        "asymgeo evaluate scifact --encoder all-MiniLM-L6-v2 --data-dir ../shared/data --cache-dir ../shared/embeddings",
+    )
+    _add_data_args(p)
+    p.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    p.add_argument("--k", type=int, default=10, help="metric cut-off (default 10; recall@100 is always added)")
+    p.add_argument("--backend", choices=["auto", "numpy", "torch", "faiss"], default="auto",
+                   help="search backend (default auto: torch on CUDA, else numpy)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=_run_evaluate)
+    return p
+
+
+def _run_evaluate(args) -> int:
+    from .evaluation import evaluate_frozen
+    from .metrics import format_metrics
+
+    res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
+                          cache_dir=args.cache_dir, backend=args.backend)
+    if args.json:
+        _print_json({**res.extra, **res.as_dict()})
+        return 0
+    x = res.extra
+    print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split: "
+                                    f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
+    return 0
+
+
 # --------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
