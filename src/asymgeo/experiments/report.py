@@ -96,6 +96,13 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
         holds = ours == paper_n if paper_n in sizes else None
         claims.append([f"RQ1: first positive rank-{rank} mean Dual-Shared NDCG@10 at {angle} rad",
                        f"n = {paper_n}", f"n = {ours}", _verdict(holds)])
+    signif = rq1.first_significant(summary, rank)
+    for angle, paper_n in rq1.PAPER_FIRST_POSITIVE.items():
+        if round(angle, 6) in signif:
+            ours = signif[round(angle, 6)]
+            claims.append([f"RQ1 (stricter reading, ours): first rank-{rank} n whose 95% interval is above 0 "
+                           f"at {angle} rad", f"n = {paper_n} (first positive mean)", f"n = {ours}",
+                           _verdict(ours == paper_n)])
     sub = summary[summary["rank"] == rank]
     both_signs = bool((sub["diff_mean"] > 0).any() and (sub["diff_mean"] < 0).any())
     claims.append(["RQ1: the zero contour splits the grid (neither geometry dominates)",
@@ -135,6 +142,8 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
             f"Means with 95% normal intervals over {seeds} seeds: {cells}. "
             + (f"The intervals at n = {straddle} contain zero, so the crossing size is not resolved "
                f"by {seeds} seeds at these sizes; " if straddle else "")
+            + f"the first size whose interval is above zero is n = {signif.get(round(angle, 6))}. "
+            + "Our crossing is one grid step (a factor of 2 in n) earlier; "
             + "the paper does not specify how its loadings are drawn or how many test queries it "
               "uses, and the crossing size of a given angle depends on that draw (our document "
               "loading rotates each query direction into its own orthogonal plane, "
@@ -207,7 +216,19 @@ def _table2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[st
             + ("consistent with Monte-Carlo noise; with this many draws an error of 0.001 is about "
                f"{table2.PAPER_SURE_ABS_TOL / max_se:.1f} SE, so a 'within 0.001' match is partly luck."
                if max_zs < 3 else "larger than Monte-Carlo noise explains."))
-    note_text = ("\n### Where we differ\n\n" + "\n".join(notes) + "\n") if notes else ""
+    lvl0 = s[s["level"] == s["level"].min()].sort_values("n")
+    errs = lvl0["rel_err_dual"].to_numpy()
+    if len(errs) > 1 and np.all(errs[1:] != 0):
+        ratios = errs[:-1] / errs[1:]
+        steps = np.log2(lvl0["n"].to_numpy()[1:] / lvl0["n"].to_numpy()[:-1])
+        notes.append(
+            "- Finite-n bias: the dual relative error falls "
+            + " → ".join(f"{100 * e:+.2f}%" for e in errs)
+            + f" as n grows (ratios {', '.join(f'{r:.1f}' for r in ratios)} per {', '.join(f'{2 ** st:.0f}x' for st in steps)} n), "
+            "the O(1/n) remainder of the local expansion; the dual risk draws are shared across signal "
+            "levels, so the dual column's error is nearly the same in every row. At the largest n this "
+            "deterministic remainder, not Monte-Carlo noise, is most of the deviation from the limit.")
+    note_text = ("\n### Notes and differences\n\n" + "\n".join(notes) + "\n") if notes else ""
     text = f"""## Table 2: local-risk and SURE calibration
 
 ![Table 2 calibration]({fig_rel})

@@ -27,7 +27,7 @@ from ..selection import cars_score
 from ..simulation import candidate_ndcg, two_view_model
 from .runner import cell_seed
 
-__all__ = ["cell", "summarise", "first_positive", "plot", "PAPER_FIRST_POSITIVE"]
+__all__ = ["cell", "summarise", "first_positive", "first_significant", "plot", "PAPER_FIRST_POSITIVE"]
 
 #: Paper, Section 5.1: first positive rank-8 grid mean (angle -> n).
 PAPER_FIRST_POSITIVE = {0.8: 256, 1.2: 64}
@@ -110,6 +110,17 @@ def first_positive(summary, rank: int = 8) -> dict[float, int | None]:
     for angle, grp in sub.groupby("angle"):
         grp = grp.sort_values("n")
         pos = grp[grp["diff_mean"] > 0]
+        res[round(float(angle), 6)] = int(pos["n"].iloc[0]) if len(pos) else None
+    return res
+
+
+def first_significant(summary, rank: int = 8) -> dict[float, int | None]:
+    """Smallest n whose 95% normal interval of the mean gap lies above zero, per angle."""
+    res: dict[float, int | None] = {}
+    sub = summary[summary["rank"] == rank]
+    for angle, grp in sub.groupby("angle"):
+        grp = grp.sort_values("n")
+        pos = grp[grp["ci_low"] > 0]
         res[round(float(angle), 6)] = int(pos["n"].iloc[0]) if len(pos) else None
     return res
 
