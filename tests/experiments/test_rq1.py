@@ -68,7 +68,7 @@ def test_summary_first_positive_and_plot(tmp_path):
     assert rq1.first_positive(summary, 8) == {0.8: 128, 1.2: 64}
     assert rq1.first_significant(summary, 8) == {0.8: 128, 1.2: 64}  # +-0.001 spread: tight intervals
     wide = summary.assign(ci_low=summary["diff_mean"] - 0.015)
-    assert rq1.first_significant(wide, 8) == {0.8: 256, 1.2: 128}
+    assert rq1.first_significant(wide, 8) == {0.8: 256, 1.2: 64}
     row = summary[(summary.angle == 0.8) & (summary.n == 32)].iloc[0]
     assert row.diff_mean == pytest.approx(-0.02)
     half = 1.96 * np.std([-0.021, -0.019], ddof=1) / np.sqrt(2)
