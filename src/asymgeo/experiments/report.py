@@ -346,14 +346,16 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
             df = read_results(results_dir, folder)
         except FileNotFoundError:
             sections.append(f"## {name}\n\nNot run: `asymgeo reproduce {name}{' --quick' if quick else ''}`.\n")
-            timing_rows.append([name, "–", "not run", "–", "–"])
+            timing_rows.append([name, "–", "not run", "–", "–", "–"])
             continue
         text, cl = _SECTIONS[name](df, figs / fig_name, f"figures/{fig_name}")
         sections.append(text)
         claims += [[*row[:2], row[2], row[3], f"[{name}](figures/{fig_name})"] for row in cl]
         t = _timing(results_dir, folder)
         cmds = "<br>".join(f"`{c}`" for c in t["commands"]) or "–"
-        timing_rows.append([name, f"{len(df)} cells", _fmt_seconds(t["wall"]), t.get("executor") or "–", cmds])
+        cell_sum = float(df["cell_seconds"].sum()) if "cell_seconds" in df else None
+        timing_rows.append([name, f"{len(df)} cells", _fmt_seconds(t["wall"]), _fmt_seconds(cell_sum),
+                            t.get("executor") or "–", cmds])
     claim_tab = _table(["claim", "paper", "ours", "holds", "figure"],
                        [[c[0], c[1], c[2], c[3], c[4]] for c in claims]) if claims else "(no results yet)"
     machine = ""
@@ -383,9 +385,11 @@ every cell's seeds are derived from it and its coordinates and stored in the res
 
 ## Runs and wall times
 
-Machine: {machine or 'unknown'}. Wall time sums the invocations that computed cells (resumed runs add up).
+Machine: {machine or 'unknown'}. Wall time sums the invocations that computed cells (resumed runs add up);
+"cell time" is the sum of the cells' own run times (divide by the worker count for an ideal
+parallel wall time). Both depend on what else the machine was running.
 
-{_table(["experiment", "size", "wall time", "executor", "command"], timing_rows)}
+{_table(["experiment", "size", "wall time", "cell time", "executor", "command"], timing_rows)}
 
 {chr(10).join(sections)}"""
     out = docs / out_name
