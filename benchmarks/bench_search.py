@@ -72,7 +72,7 @@ print(json.dumps(dict(seconds=dt, base=base, peak=peak, index_bytes=(C.nbytes if
 """
 
 
-def _sgemm_rate(p: int, reps: int = 3) -> dict[str, float]:
+def _sgemm_rate(p: int, reps: int = 5) -> dict[str, float]:
     rng = np.random.default_rng(0)
     out = {}
     for label, (m, n, kk) in {
@@ -162,6 +162,8 @@ def run(quick: bool = False) -> str:
                 if m not in recs or rec["seconds"] < recs[m]["seconds"]:
                     recs[m] = rec
     load_after = os.getloadavg()[0]
+    # measure the SGEMM rate again after the runs and keep the best (a shared machine)
+    rates = {lbl: max(v, v2) for (lbl, v), v2 in zip(rates.items(), _sgemm_rate(p).values())}
     corpus_bytes = N * p * 4
     flops = 2.0 * n * N * p
     ref = recs["asymgeo"]
@@ -205,7 +207,7 @@ def run(quick: bool = False) -> str:
         "|---|---:|---:|---:|---:|---|---|",
         *rows,
         "",
-        "Measured single-precision matrix multiply (numpy BLAS, same run): "
+        "Measured single-precision matrix multiply (numpy BLAS, best of before and after the runs): "
         + ", ".join(f"{lbl}: {v:.1f} GFLOP/s" for lbl, v in rates.items())
         + f".  asymgeo reaches {flops / a / 1e9 / rates['square 2048^3']:.0%} of the square-SGEMM rate.",
         "",
