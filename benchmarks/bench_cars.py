@@ -64,7 +64,7 @@ def run(quick: bool = False) -> str:
         repeats = 1
     else:
         configs = [dict(n=4096, p=768, r=16, L=20), dict(n=4096, p=768, r=64, L=20)]
-        repeats = 2
+        repeats = 3
     rows = []
     for cfg in configs:
         X, Yp, Yn = synthetic(cfg["n"], cfg["p"], signal_rank=24, seed=7)

@@ -270,3 +270,13 @@ def test_sure_kernel_consistent_with_selector():
     res = sure_select(Z, U, 1.0)
     assert res.choice == sel.choice_
     assert res.statistic == pytest.approx(sel.result_.statistic, rel=1e-8)
+
+
+@pytest.mark.parametrize("cls", [SharedProjection, DualProjection])
+def test_fit_refuses_zero_moment(cls):
+    rng = np.random.default_rng(0)
+    Y = rng.standard_normal((10, 5))
+    with pytest.raises(ValueError, match="X: every query vector is zero"):
+        cls(rank=2).fit(np.zeros((10, 5)), Y, rng.standard_normal((10, 5)))
+    with pytest.raises(ValueError, match="positive equals the negative"):
+        cls(rank=2).fit(rng.standard_normal((10, 5)), Y, Y)

@@ -264,3 +264,21 @@ def test_cars_score_expectation_exact_linear_regime():
     assert abs(scores.mean() - expected) < 4 * se + 0.01 * trSigma / n
     # The correction matters: without the tr(Sigma)/n penalty the prediction is rejected.
     assert abs(scores.mean() - Delta2) > 6 * se
+
+
+def test_cars_threads_give_identical_result():
+    """Splits run on threads (n_jobs) give the same terms up to BLAS rounding (thread count
+    changes the summation order of the products) and the same choice."""
+    rng = np.random.default_rng(5)
+    n, p, r = 64, 300, 4
+    X = rng.standard_normal((n, p))
+    Yp = X @ rng.standard_normal((p, p)) / np.sqrt(p) + rng.standard_normal((n, p))
+    Yn = rng.standard_normal((n, p))
+    seq = cars_score(X, Yp, Yn, r, n_splits=6, seed=3, n_jobs=1)
+    par = cars_score(X, Yp, Yn, r, n_splits=6, seed=3, n_jobs=2)
+    np.testing.assert_allclose(par.terms, seq.terms, rtol=1e-12, atol=0)
+    assert seq.choice == par.choice
+    again = cars_score(X, Yp, Yn, r, n_splits=6, seed=3, n_jobs=2)
+    np.testing.assert_array_equal(again.terms, par.terms)  # deterministic for fixed n_jobs
+    with pytest.raises(ValueError, match="n_jobs"):
+        cars_score(X, Yp, Yn, r, n_splits=2, seed=3, n_jobs=0)

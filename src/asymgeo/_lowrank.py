@@ -5,7 +5,7 @@ relevance moment (dual, rank-r SVD truncation) and the leading ``r`` algebraic
 eigenpairs of its symmetric part (shared, positive eigen-truncation).  For
 ``r << p`` a block Krylov subspace with Rayleigh-Ritz extraction gives them for a
 few matrix products.  Every Krylov answer is *certified* by its residual
-``||C v - s u|| <= tol * s_1`` (resp. ``||S q - t q|| <= tol * ||S||``); when the
+``||C^T u - s v|| <= tol * s_1`` (resp. ``||S q - t q|| <= tol * ||S||``); when the
 certificate fails the solver falls back to the dense LAPACK routine, so the fast
 path never returns an unconverged truncation.
 """
@@ -15,29 +15,81 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import scipy.linalg as sla
 
 __all__ = ["top_singular", "top_eigen"]
 
-_DENSE_SWITCH = 0.25  # use dense LAPACK when r > p * _DENSE_SWITCH
+# Krylov pays off only when the operator is large and the wanted block small
+# (measured in benchmarks/bench_cars.py); otherwise LAPACK with an index subset wins.
+_KRYLOV_MIN_DIM = 512
+_KRYLOV_MAX_FRACTION = 1.0 / 16.0
 
 
-def _dense_singular(C: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    U, s, Vt = sla.svd(C, full_matrices=False, check_finite=False, lapack_driver="gesdd")
+def _use_krylov(method: str, r: int, p: int) -> bool:
+    if method == "dense":
+        return False
+    if 4 * r + 16 > p:  # the Krylov basis would not fit in p/2 columns
+        return False
+    if method == "krylov":
+        return True
+    if method != "auto":
+        raise ValueError(f"method: expected 'auto', 'dense' or 'krylov', got {method!r}")
+    return p >= _KRYLOV_MIN_DIM and r <= p * _KRYLOV_MAX_FRACTION
+
+
+def _full_singular(C: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    U, s, Vt = np.linalg.svd(C, full_matrices=False)
     return U[:, :r], s[:r], Vt[:r].T
 
 
+def _dense_singular(C: np.ndarray, r: int, tol: float = 1e-11) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-r SVD from the top-r eigenpairs of the Gram matrix ``C^T C`` (LAPACK syevd).
+
+    Certified like the Krylov path (``||C^T u - s v|| <= tol * s_1``, ``s_r > 1e-6 s_1``);
+    otherwise the full gesdd SVD is used.
+    """
+    p, q = C.shape
+    if r == min(p, q) or q > 2 * p:
+        return _full_singular(C, r)
+    theta, V = np.linalg.eigh(C.T @ C)
+    theta, V = theta[::-1][:r], V[:, ::-1][:, :r]
+    s = np.sqrt(np.maximum(theta, 0.0))
+    if s[0] == 0 or s[-1] <= 1e-6 * s[0]:
+        return _full_singular(C, r)
+    U = (C @ V) / s
+    resid = np.linalg.norm(C.T @ U - V * s, axis=0)
+    if np.all(resid <= tol * s[0]):
+        return U, s, V
+    return _full_singular(C, r)
+
+
 def _dense_eigen(S: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray]:
-    p = S.shape[0]
-    w, Q = sla.eigh(S, subset_by_index=[p - r, p - 1], check_finite=False)
-    return w[::-1], Q[:, ::-1]
+    # numpy's full syevd, not scipy's index-subset syevr: scipy ships its own OpenBLAS,
+    # and alternating two BLAS thread pools in the CARS loop costs more than the subset saves.
+    w, Q = np.linalg.eigh(S)
+    return w[::-1][:r], Q[:, ::-1][:, :r]
 
 
 def _orth_against(Q: np.ndarray | None, W: np.ndarray) -> np.ndarray:
-    """Orthonormalise the columns of W against Q (twice, for stability) and themselves."""
+    """Orthonormalise the columns of W against Q and among themselves.
+
+    Two rounds of block Gram-Schmidt against Q, then CholeskyQR2 (two Cholesky
+    factorisations of the small Gram matrix, far cheaper than Householder QR for tall
+    blocks); rank-deficient blocks fall back to Householder QR and drop dependent columns.
+    """
     for _ in range(2):
         if Q is not None and Q.shape[1]:
             W = W - Q @ (Q.T @ W)
+    try:
+        for _ in range(2):
+            L = np.linalg.cholesky(W.T @ W)  # W^T W = L L^T, so W L^{-T} is orthonormal
+            # numpy only: scipy ships its own OpenBLAS, and alternating the two thread
+            # pools in a tight loop makes them spin against each other.
+            W = W @ np.linalg.inv(L).T
+        if Q is not None and Q.shape[1] and np.abs(Q.T @ W).max() > 1e-10:
+            raise np.linalg.LinAlgError("lost orthogonality")
+        return W
+    except np.linalg.LinAlgError:
+        pass
     Wq, R = np.linalg.qr(W)
     keep = np.abs(np.diag(R)) > 1e-12 * max(1.0, float(np.abs(R).max(initial=0.0)))
     return Wq[:, keep]
@@ -106,21 +158,22 @@ def top_singular(
     *,
     start: np.ndarray | None = None,
     method: str = "auto",
-    tol: float = 1e-11,
+    tol: float = 1e-10,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Leading ``r`` singular triplets of ``C`` (p, q): ``U (p, r), s (r,), V (q, r)``.
 
-    ``method``: ``"dense"`` (LAPACK gesdd), ``"krylov"`` (certified block Lanczos on
-    ``C^T C``, falling back to dense) or ``"auto"`` (Krylov when ``r <= p/4``).
+    ``method``: ``"dense"`` (LAPACK syevd of ``C^T C``, certified, else gesdd),
+    ``"krylov"`` (certified block Lanczos on ``C^T C``, falling back to dense) or
+    ``"auto"`` (Krylov when ``p >= 512`` and ``r <= p/16``).
     ``start`` (q, b) seeds the right Krylov block (e.g. the full-data right singular
     vectors when truncating many perturbed copies of one matrix).  The Krylov answer
     is accepted only if ``||C^T u - s v|| <= tol * s_1`` for every triplet
     (``C v = s u`` holds by construction), and only if ``s_r > 1e-6 s_1``.
     """
     p, q = C.shape
-    if method == "dense" or (method == "auto" and r > min(p, q) * _DENSE_SWITCH) or 4 * r + 16 > min(p, q):
-        return _dense_singular(C, r)
+    if not _use_krylov(method, r, min(p, q)):
+        return _dense_singular(C, r, tol)
     rng = rng if rng is not None else np.random.default_rng(0)
     # Lanczos on C^T C.  For a Ritz pair (theta, v) with s = sqrt(theta) and u = C v / s,
     # C v = s u holds exactly and ||C^T u - s v|| = ||C^T C v - theta v|| / s: certify that.
@@ -134,7 +187,7 @@ def top_singular(
         s = np.sqrt(np.maximum(theta, 0.0))
         if s[-1] > 1e-6 * s[0]:
             return (C @ V) / s, s, V
-    return _dense_singular(C, r)
+    return _dense_singular(C, r, tol)
 
 
 def top_eigen(
@@ -143,7 +196,7 @@ def top_eigen(
     *,
     start: np.ndarray | None = None,
     method: str = "auto",
-    tol: float = 1e-11,
+    tol: float = 1e-10,
     rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``r`` algebraically largest eigenpairs of symmetric ``S`` (p, p), descending.
@@ -152,7 +205,7 @@ def top_eigen(
     accepted only if ``||S x - t x|| <= tol * ||S||_2`` for every pair.
     """
     p = S.shape[0]
-    if method == "dense" or (method == "auto" and r > p * _DENSE_SWITCH) or 4 * r + 16 > p:
+    if not _use_krylov(method, r, p):
         return _dense_eigen(S, r)
     rng = rng if rng is not None else np.random.default_rng(1)
     def allowed(w: np.ndarray, scale: float) -> np.ndarray:

@@ -72,9 +72,9 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     }
     splits = int(config.get("cars_splits", 0))
     if splits > 0 and n >= 4:
-        cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=splits, seed=cars_seed)
+        cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=splits, seed=cars_seed, n_jobs=1)
         out.update(cars_score=cars.score, cars_se=cars.standard_error, cars_choice=cars.choice,
-                   cars_seed=cars_seed)
+                   cars_seed=cars_seed, n_jobs=1)
     return out
 
 

@@ -40,7 +40,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     model = two_view_model(p=int(config["p"]), latent_rank=int(config["latent_rank"]),
                            noise_sd=float(config["noise_sd"]), angle=angle, seed=model_seed)
     tr = model.sample_triples(n, train_seed)
-    cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=int(config["cars_splits"]), seed=cars_seed)
+    cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=int(config["cars_splits"]), seed=cars_seed, n_jobs=1)
     return {
         "raw": cars.raw_distance,
         "corrected": cars.corrected_distance,
