@@ -116,7 +116,7 @@ def dual_truncate(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndarr
     C : (p, p) operator (e.g. a relevance moment)
     rank : int, 1 <= rank <= p
     method : {"auto", "dense", "krylov"}
-        ``"auto"`` uses a certified block-Krylov solver when ``rank <= p/4``.
+        ``"auto"`` uses a certified block-Krylov solver when ``p >= 512`` and ``rank <= p/16``.
     """
     C = _check_operator(C)
     rank = check_rank(rank, C.shape[0])
