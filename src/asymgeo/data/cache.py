@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
+
+from .._atomic import atomic_path, atomic_write_bytes
 
 from .beir import BeirDataset, load_beir
 from .encoders import EncoderSpec, TextEncoder, get_encoder, l2_normalize, load_encoder
@@ -216,29 +217,13 @@ def load_embeddings(
 
 # --------------------------------------------------------------------------- writing
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, data)
 
 
 def _atomic_save_npy(path: Path, arr: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp.npy", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    with atomic_path(path, suffix=".tmp.npy") as tmp:
+        with open(tmp, "wb") as fh:
             np.save(fh, arr, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _write_ids(path: Path, ids: Sequence[str]) -> None:
@@ -313,9 +298,7 @@ def _chunks(items: Iterator[str], size: int) -> Iterator[list[str]]:
 
 def _assemble(parts: list[Path], dest: Path, n_rows: int, dim: int) -> None:
     """Concatenate part files into ``dest`` (float16) without holding them all in memory."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp.npy", dir=dest.parent)
-    os.close(fd)
-    try:
+    with atomic_path(dest, suffix=".tmp.npy") as tmp:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float16, shape=(n_rows, dim))
         row = 0
         for part in parts:
@@ -326,12 +309,6 @@ def _assemble(parts: list[Path], dest: Path, n_rows: int, dim: int) -> None:
             raise ValueError(f"{dest}: assembled {row} rows, expected {n_rows}")
         out.flush()
         del out
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def encode_dataset(

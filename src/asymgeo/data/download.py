@@ -20,6 +20,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from .._atomic import atomic_path
 from .beir import data_root
 
 __all__ = ["BEIR_BASE_URL", "BEIR_CHECKSUMS", "beir_url", "download_beir", "fetch_url", "file_digest"]
@@ -96,9 +97,8 @@ def fetch_url(
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     h_md5, h_sha = hashlib.md5(), hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as out, _opener(url).open(url, timeout=timeout) as resp:
+    with atomic_path(dest, suffix=".part") as tmp:
+        with open(tmp, "wb") as out, _opener(url).open(url, timeout=timeout) as resp:
             total = resp.headers.get("Content-Length")
             bar = None
             if progress:
@@ -118,10 +118,6 @@ def fetch_url(
         for algo, want, h in (("md5", md5, h_md5), ("sha256", sha256, h_sha)):
             if want and h.hexdigest().lower() != want.lower():
                 raise ValueError(f"{url}: {algo} mismatch (expected {want.lower()}, got {h.hexdigest()})")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return dest
 
 

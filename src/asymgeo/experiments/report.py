@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._atomic import atomic_write_text
 from . import rq1, rq2, table2
 from .runner import SweepResult, load_experiment, read_results, results_path, run_sweep
 
@@ -116,7 +117,7 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
                    "64 <= 256", f"{f12} <= {f08}", _verdict(order_ok)])
     big = sub[sub["n"] == sub["n"].max()].sort_values("population_gpsd")
     trend = float(np.corrcoef(big["population_gpsd"], big["diff_mean"])[0, 1]) if len(big) > 2 else float("nan")
-    claims.append([f"RQ1: at the largest n the Dual advantage grows with G_PSD",
+    claims.append(["RQ1: at the largest n the Dual advantage grows with G_PSD",
                    "Figure 3B", f"corr(G_PSD, gap) = {trend:.3f} at n = {int(sub['n'].max())}",
                    _verdict(bool(trend > 0) if np.isfinite(trend) else None)])
 
@@ -393,9 +394,7 @@ parallel wall time). Both depend on what else the machine was running.
 
 {chr(10).join(sections)}"""
     out = docs / out_name
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, out)
+    atomic_write_text(out, text)
     return out
 
 

@@ -52,13 +52,14 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 import tomllib
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
+
+from .._atomic import atomic_path, atomic_write_text
 
 __all__ = [
     "Experiment",
@@ -344,20 +345,7 @@ def results_path(results_dir: str | os.PathLike, name: str) -> Path:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write_text(path, text)
 
 
 def _json_default(o):
@@ -452,18 +440,11 @@ def consolidate(results_dir: str | os.PathLike, experiment: Experiment, *, fmt: 
         raise ValueError(f"fmt: expected 'parquet', 'csv' or 'auto', got {fmt!r}")
     out = results_path(results_dir, experiment.name) / f"results.{fmt}"
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=f".{fmt}.tmp", dir=out.parent)
-    os.close(fd)
-    try:
+    with atomic_path(out, suffix=f".{fmt}.tmp") as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     other = out.with_suffix(".csv" if fmt == "parquet" else ".parquet")
     if other.exists():
         other.unlink()
