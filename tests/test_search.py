@@ -272,3 +272,22 @@ def test_signed_zero_scores_tie():
     for backend in BACKENDS:
         s, i = exact_search(np.ones((1, 1)), C, 5, block_size=1, backend=backend, device="cpu")
         np.testing.assert_array_equal(i, [[3, 0, 1, 2, 4]])
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_parallel_corpus_ranges_equal_brute_force_with_ties(monkeypatch, workers, dtype):
+    """The threaded numpy path (corpus split into ranges, per-range top-k merged) keeps
+    exact results and the lower-index tie rule, including ties across range borders."""
+    import asymgeo.search as search
+
+    monkeypatch.setattr(search, "_PARALLEL_MIN_WORK", 1)
+    monkeypatch.setattr(search, "_cpu_workers", lambda: workers)
+    rng = np.random.default_rng(11)
+    Q, C = int_data(rng, 37, 3001, 6)
+    C = C.astype(dtype)
+    for k in (1, 10, 200):
+        res = exact_search(Q, C, k, block_size=257)
+        exp_s, exp_i = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, k)
+        np.testing.assert_array_equal(res.indices, exp_i)
+        np.testing.assert_array_equal(res.scores, exp_s.astype(np.float32))

@@ -28,7 +28,10 @@ Backends
     document can only enter a query's top-k if it beats that query's current k-th
     score, so after the first block only a tiny fraction of scores is looked at
     again.  Candidates are merged with an exact lexicographic sort on
-    ``(query, -score, index)``.
+    ``(query, -score, index)``.  For large searches (>= 2^30 multiply-adds) the
+    corpus is split into one contiguous range per core, each searched on its own
+    thread with single-threaded BLAS (so the filtering no longer idles a core), and
+    the per-range lists are merged by the same sort.
 ``torch`` (default when CUDA is available)
     The same blocking on the GPU with ``torch.topk`` per block and a stable merge.
     Chosen automatically when ``torch.cuda.is_available()``; no flag needed.
@@ -342,6 +345,51 @@ def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> Sear
     return SearchResult(top.scores, top.indices, "numpy")
 
 
+def _cpu_workers() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# Below this many multiply-adds (queries x documents x dim) threads cost more than they save.
+_PARALLEL_MIN_WORK = 1 << 30
+
+
+def _search_numpy_parallel(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, workers: int) -> SearchResult:
+    """The numpy backend on ``workers`` threads, each over a contiguous corpus range.
+
+    Each thread runs single-threaded BLAS for its matrix products *and* its top-k
+    filtering, so both cores stay busy (with multithreaded BLAS the filtering runs on
+    one core while the other waits).  The per-range top-k lists are merged by one stable
+    sort on (query, -score); ranges are in document order, so equal scores still come
+    out by lower document index.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
+    N = corpus.shape[0]
+    bounds = np.linspace(0, N, workers + 1).astype(int)
+
+    def part(w: int) -> SearchResult:
+        lo, hi = int(bounds[w]), int(bounds[w + 1])
+        res = _search_numpy(Q, corpus[lo:hi], min(k, hi - lo), block)
+        return SearchResult(res.scores, res.indices + lo, "numpy")
+
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(part, range(workers)))
+    n = Q.shape[0]
+    vals = np.concatenate([p_.scores for p_ in parts], axis=1)
+    idx = np.concatenate([p_.indices for p_ in parts], axis=1)
+    rows = np.repeat(np.arange(n), vals.shape[1])
+    order = np.argsort(_desc_key(rows, vals.ravel()), kind="stable").reshape(n, -1)[:, :k]
+    return SearchResult(
+        np.take_along_axis(vals, order - np.arange(n)[:, None] * vals.shape[1], axis=1),
+        np.take_along_axis(idx, order - np.arange(n)[:, None] * vals.shape[1], axis=1),
+        "numpy",
+    )
+
+
 # --------------------------------------------------------------------------- torch backend
 def _search_torch(
     Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str
@@ -515,6 +563,9 @@ def exact_search(
     block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES, block_size)
     if backend == "faiss":
         return _search_faiss(Q, C, k, block)
+    workers = min(_cpu_workers(), C.shape[0] // max(k, 1))
+    if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
+        return _search_numpy_parallel(Q, C, k, block, workers)
     return _search_numpy(Q, C, k, block)
 
 
