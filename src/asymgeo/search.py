@@ -565,6 +565,8 @@ def exact_search(
         return _search_faiss(Q, C, k, block)
     workers = min(_cpu_workers(), C.shape[0] // max(k, 1))
     if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
+        # the tile budget is shared between the threads (measured best here)
+        block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES // workers, block_size)
         return _search_numpy_parallel(Q, C, k, block, workers)
     return _search_numpy(Q, C, k, block)
 
