@@ -291,3 +291,14 @@ def test_parallel_corpus_ranges_equal_brute_force_with_ties(monkeypatch, workers
         exp_s, exp_i = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, k)
         np.testing.assert_array_equal(res.indices, exp_i)
         np.testing.assert_array_equal(res.scores, exp_s.astype(np.float32))
+
+
+def test_progress_bar_shown_only_when_asked(capsys):
+    rng = np.random.default_rng(2)
+    Q, C = int_data(rng, 5, 1000, 4)
+    plain = exact_search(Q, C, 3, block_size=128)
+    assert "exact search" not in capsys.readouterr().err
+    shown = exact_search(Q, C, 3, block_size=128, progress=True)
+    np.testing.assert_array_equal(plain.indices, shown.indices)
+    err = capsys.readouterr().err
+    assert "exact search" in err and "/1.00k" in err

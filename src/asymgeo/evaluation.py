@@ -67,7 +67,7 @@ def evaluate_frozen(
     table = RelevanceTable(qrels, list(qrels), emb.corpus_ids)
     q_rows = emb.query_rows(table.query_ids)
     Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
-    res = exact_search(Q, emb.corpus, depth, operator=operator, backend=backend)
+    res = exact_search(Q, emb.corpus, depth, operator=operator, backend=backend, progress=None)
     out = evaluate_indices(res.indices, table, metrics)
     out.extra.update(
         dataset=getattr(ds, "name", str(dataset)),

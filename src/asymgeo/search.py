@@ -315,7 +315,7 @@ def _desc_key(rows: np.ndarray, vals: np.ndarray) -> np.ndarray:
     return (rows.astype(np.uint64) << np.uint64(32)) | desc.astype(np.uint64)
 
 
-def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> SearchResult:
+def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, bar: Any = None) -> SearchResult:
     n = Q.shape[0]
     N = corpus.shape[0]
     qb = min(n, _QUERY_BLOCK)
@@ -341,6 +341,8 @@ def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> Sear
             if q0 == 0 and not np.isfinite(S[0]).all():
                 _raise_nonfinite_scores(np.asarray(corpus[d0:d1], dtype=np.float32), d0)
             top.offer(S, q0, d0, mask)
+        if bar is not None:
+            bar.update(B)
     top.merge()
     return SearchResult(top.scores, top.indices, "numpy")
 
@@ -355,7 +357,9 @@ def _cpu_workers() -> int:
 _PARALLEL_MIN_WORK = 1 << 30
 
 
-def _search_numpy_parallel(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, workers: int) -> SearchResult:
+def _search_numpy_parallel(
+    Q: np.ndarray, corpus: np.ndarray, k: int, block: int, workers: int, bar: Any = None
+) -> SearchResult:
     """The numpy backend on ``workers`` threads, each over a contiguous corpus range.
 
     Each thread runs single-threaded BLAS for its matrix products *and* its top-k
@@ -373,7 +377,7 @@ def _search_numpy_parallel(Q: np.ndarray, corpus: np.ndarray, k: int, block: int
 
     def part(w: int) -> SearchResult:
         lo, hi = int(bounds[w]), int(bounds[w + 1])
-        res = _search_numpy(Q, corpus[lo:hi], min(k, hi - lo), block)
+        res = _search_numpy(Q, corpus[lo:hi], min(k, hi - lo), block, bar)
         return SearchResult(res.scores, res.indices + lo, "numpy")
 
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
@@ -522,6 +526,7 @@ def exact_search(
     block_size: int | None = None,
     device: str = "auto",
     backend: str = "auto",
+    progress: bool | None = False,
 ) -> SearchResult:
     """Exact top-``k`` documents by inner product, for every query.
 
@@ -544,8 +549,12 @@ def exact_search(
     device : {"auto", "cpu", "cuda", "cuda:N"}
         ``"auto"`` uses CUDA when ``torch.cuda.is_available()``.
     backend : {"auto", "numpy", "torch", "faiss"}
-        ``"auto"``: ``torch`` on a CUDA device, otherwise ``numpy`` (faster than
-        ``faiss.IndexFlatIP`` on the benchmark machine, see docs/benchmarks.md).
+        ``"auto"``: ``torch`` on a CUDA device, otherwise ``numpy`` (level with
+        ``faiss.IndexFlatIP`` on the benchmark machine, without its float32 copy of
+        the corpus; see docs/benchmarks.md).
+    progress : bool or None
+        Show a progress bar over corpus documents (numpy backend): True always,
+        False never (default), None only when stderr is a terminal.
 
     Returns
     -------
@@ -564,11 +573,16 @@ def exact_search(
     if backend == "faiss":
         return _search_faiss(Q, C, k, block)
     workers = min(_cpu_workers(), C.shape[0] // max(k, 1))
-    if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
-        # the tile budget is shared between the threads (measured best here)
-        block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES // workers, block_size)
-        return _search_numpy_parallel(Q, C, k, block, workers)
-    return _search_numpy(Q, C, k, block)
+    from tqdm.auto import tqdm
+
+    # progress=None: a bar only on a terminal (tqdm's own rule); updates are per corpus block.
+    with tqdm(total=C.shape[0], unit="doc", unit_scale=True, desc="exact search",
+              disable=None if progress is None else not progress, leave=False) as bar:
+        if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
+            # the tile budget is shared between the threads (measured best here)
+            block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES // workers, block_size)
+            return _search_numpy_parallel(Q, C, k, block, workers, bar)
+        return _search_numpy(Q, C, k, block, bar)
 
 
 # --------------------------------------------------------------------------- adapters

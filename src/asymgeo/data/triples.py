@@ -30,7 +30,7 @@ ADAPTATION_SPLITS = ("train", "validation", "test")
 
 def _exact_topk(Q: np.ndarray, C: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact full-corpus top-k by inner product (float32, ties to the lower row)."""
-    res = exact_search(np.asarray(Q, dtype=np.float32), C, k)
+    res = exact_search(np.asarray(Q, dtype=np.float32), C, k, progress=None)
     return np.asarray(res.scores), np.asarray(res.indices)
 
 
