@@ -1,0 +1,346 @@
+"""RQ3 cells (with a closed-form stand-in adapter injected by the test) and the summaries.
+
+The cells run on the real SciFact / all-MiniLM-L6-v2 cache in ``../shared``.  The adapter is
+the TEST-ONLY stand-in of ``rq3_standin.py`` (a closed-form shared/dual operator), patched in
+through :func:`asymgeo.experiments.rq3.make_adapter`, until ``asymgeo.adapters`` exists.
+Expected values come from independent computations: the published MTEB NDCG@10 of the
+frozen encoder, a brute-force float64 ranking with a hand-written NDCG, planes rebuilt from
+``load_triples``, and a direct ``cars_score`` call.  Summaries are checked on synthetic
+tables whose means, intervals and counts are known by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from asymgeo.data import load_beir, load_embeddings, load_triples
+from asymgeo.experiments import rq3
+from asymgeo.experiments.runner import load_experiment, read_results, run_sweep
+from asymgeo.geometry import relevance_moment
+from asymgeo.rotation import query_rotation, relevance_planes
+from asymgeo.selection import cars_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rq3_standin
+
+CONFIGS = Path(__file__).resolve().parents[2] / "experiments"
+ENC = "all-MiniLM-L6-v2"
+#: the shipped factory (the module fixture below replaces it with the stand-in)
+REAL_MAKE_ADAPTER = rq3.make_adapter
+
+
+@pytest.fixture(scope="module")
+def standin():
+    mp = pytest.MonkeyPatch()
+    mp.setattr(rq3, "make_adapter", lambda **kw: rq3_standin.StandInAdapter(**kw))
+    yield rq3_standin.FITTED
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def base_cfg(shared_dir):
+    return {"dataset": "scifact", "encoder": ENC, "angle": 0, "rank": 8, "n": 64, "seed_index": 0,
+            "master_seed": 20260809, "data_dir": str(shared_dir / "data"),
+            "cache_dir": str(shared_dir / "embeddings"), "learning_rates": "1e-3 3e-3", "cars_splits": 4}
+
+
+@pytest.fixture(scope="module")
+def runs(standin, base_cfg):
+    """A few cells, each with the two stand-in adapters it fitted."""
+    out = {}
+    for key, kw in {"a0": {"angle": 0}, "a90": {"angle": 90}, "a90_r4": {"angle": 90, "rank": 4},
+                    "a90_s1": {"angle": 90, "seed_index": 1}}.items():
+        before = len(standin)
+        rec = rq3.cell({**base_cfg, **kw})
+        out[key] = (rec, standin[before:])
+    return out
+
+
+@pytest.fixture(scope="module")
+def scifact(shared_dir):
+    ds = load_beir("scifact", data_dir=shared_dir / "data")
+    emb = load_embeddings(ds, ENC, cache_dir=shared_dir / "embeddings")
+    tr = load_triples(ds, ENC, "train", cache=emb)
+    U, W = relevance_planes(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), tr.X, 8)
+    return ds, emb, tr, U, W
+
+
+def _subset(rec):
+    return np.random.default_rng(rec["subset_seed"]).permutation(rec["n_pool"])[: rec["n_used"]]
+
+
+# --------------------------------------------------------------------------- cells
+def test_cell_is_deterministic(runs, base_cfg, standin):
+    rec = rq3.cell({**base_cfg, "angle": 90})
+    assert rec == runs["a90"][0]
+    assert rec["status"] == "ok" and rec["n_used"] == 64 and rec["n_pool"] == 647 and not rec["n_capped"]
+    assert rec["ndcg_diff"] == pytest.approx(rec["ndcg_dual"] - rec["ndcg_shared"])
+    assert rec["winner"] == ("dual" if rec["ndcg_dual"] > rec["ndcg_shared"] else "shared")
+
+
+def test_frozen_encoder_matches_published_scifact_figure(runs):
+    # MTEB: all-MiniLM-L6-v2 on SciFact test, NDCG@10 = 0.645 (binary qrels: graded == binary)
+    rec = runs["a0"][0]
+    assert rec["ndcg_frozen"] == pytest.approx(0.645, abs=1e-3)
+    assert rec["ndcg_graded_frozen"] == pytest.approx(rec["ndcg_frozen"])
+    assert rec["n_test_queries"] == 300 and rec["n_val_queries"] == 162
+
+
+def test_angle_zero_trains_on_load_triples(runs, scifact, shared_dir):
+    rec, (sh, du) = runs["a0"]
+    ds, emb, tr, _, _ = scifact
+    idx = _subset(rec)
+    for ad in (sh, du):
+        np.testing.assert_array_equal(ad.fit_args_["X"], tr.X[idx])
+        np.testing.assert_array_equal(ad.fit_args_["positive_rows"], tr.pos_rows[idx])
+        np.testing.assert_array_equal(ad.fit_args_["hard_negative_rows"], tr.hard_negative_rows[idx])
+        np.testing.assert_array_equal(np.asarray(ad.fit_args_["corpus"]), np.asarray(emb.corpus, np.float32))
+    # relevant rows: every labelled positive of the query, from the qrels directly
+    labels = ds.all_qrels()
+    for i, rel in zip(idx[:10], sh.fit_args_["relevant_rows"][:10]):
+        q = tr.query_ids[i]
+        assert sorted(rel) == sorted(emb.corpus_rows([d for d, g in labels[q].items() if g >= 1]).tolist())
+
+
+def test_rotation_moves_every_query_and_nothing_else(runs, scifact):
+    rec, (sh, du) = runs["a90"]
+    _ds, emb, tr, U, W = scifact
+    R = query_rotation(U, W, np.pi / 2)
+    idx = _subset(rec)
+    for ad in (sh, du):
+        np.testing.assert_allclose(ad.fit_args_["X"], tr.X[idx] @ R.T, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(ad.fit_args_["corpus"]), np.asarray(emb.corpus, np.float32))
+        table = ad.fit_args_["validation_relevance"]
+        Qv = np.asarray(emb.queries[emb.query_rows(table.query_ids)], dtype=np.float64)
+        np.testing.assert_allclose(ad.fit_args_["validation_queries"], Qv @ R.T, atol=1e-5)
+    # hard negatives were mined again for the rotated queries (they differ from the unrotated ones)
+    assert not np.array_equal(sh.fit_args_["hard_negative_rows"], tr.hard_negative_rows[idx])
+    assert rec["ndcg_frozen"] < runs["a0"][0]["ndcg_frozen"] - 0.01
+
+
+def test_test_ndcg_against_brute_force(runs, scifact):
+    rec, fitted = runs["a90"]
+    ds, emb, _tr, U, W = scifact
+    R = query_rotation(U, W, np.pi / 2)
+    qrels = ds.qrels("test")
+    qids = list(qrels)
+    Q = np.asarray(emb.queries[emb.query_rows(qids)], dtype=np.float64) @ R.T
+    D = np.asarray(emb.corpus, dtype=np.float64)
+    disc = 1.0 / np.log2(np.arange(2, 12))
+    for ad in fitted:
+        S = Q @ ad.operator_ @ D.T
+        top = np.argsort(-S, axis=1, kind="stable")[:, :10]
+        vals = []
+        for qi, q in enumerate(qids):
+            rel = {d for d, g in qrels[q].items() if g >= 1}
+            z = np.array([emb.corpus_ids[j] in rel for j in top[qi]], dtype=float)
+            vals.append((z * disc).sum() / disc[: min(10, len(rel))].sum())
+        assert rec[f"ndcg_{ad.geometry}"] == pytest.approx(np.mean(vals), abs=1e-3)
+
+
+def test_seeds_and_data_are_paired(runs):
+    a, (sh, du) = runs["a90"]
+    r4, s1 = runs["a90_r4"][0], runs["a90_s1"][0]
+    z = runs["a0"][0]
+    assert sh.seed == du.seed == a["train_seed"]
+    np.testing.assert_array_equal(sh.fit_args_["X"], du.fit_args_["X"])
+    np.testing.assert_array_equal(sh.fit_args_["hard_negative_rows"], du.fit_args_["hard_negative_rows"])
+    assert a["train_seed"] == r4["train_seed"] == z["train_seed"] and a["subset_seed"] == z["subset_seed"]
+    assert s1["train_seed"] != a["train_seed"] and s1["subset_seed"] != a["subset_seed"]
+    assert (sh.rank, du.rank, runs["a90_r4"][1][0].rank) == (8, 8, 4)
+    assert sh.learning_rates == (1e-3, 3e-3) and sh.form == "augmented" and sh.device is None
+
+
+def test_cars_beside_the_cell_matches_a_direct_call(runs):
+    rec, (sh, _) = runs["a90"]
+    X, pos, hard = sh.fit_args_["X"], sh.fit_args_["positive_rows"], sh.fit_args_["hard_negative_rows"]
+    D = np.asarray(sh.fit_args_["corpus"])
+    res = cars_score(X, D[pos], D[hard[:, 0]], 8, n_splits=4, seed=rec["cars_seed"])
+    assert rec["cars_choice"] == res.choice and rec["cars_score"] == pytest.approx(res.score, rel=1e-9)
+    assert rec["cars_match"] == (res.choice == rec["winner"])
+
+
+def test_pool_policies(standin, base_cfg):
+    rec = rq3.cell({**base_cfg, "n": 1024, "cars_splits": 0})
+    assert (rec["status"], rec["n_used"], rec["n_capped"]) == ("ok", 647, True)
+    assert "cars_choice" not in rec
+    before = len(standin)
+    skipped = rq3.cell({**base_cfg, "n": 2048, "pool_policy": "first_cap"})
+    assert skipped["status"] == "beyond_pool" and len(standin) == before
+    assert rq3.cell({**base_cfg, "n": 1024, "pool_policy": "first_cap", "cars_splits": 0}) == rec
+
+
+def test_make_adapter_names_the_extra_when_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "asymgeo.adapters", None)
+    with pytest.raises(ImportError, match=r"asymgeo\[train\]"):
+        REAL_MAKE_ADAPTER(geometry="shared", rank=4)
+
+
+def test_bad_configs(base_cfg):
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['rank'\]"):
+        rq3.cell({k: v for k, v in base_cfg.items() if k != "rank"})
+    with pytest.raises(ValueError, match="pool_policy"):
+        rq3.cell({**base_cfg, "pool_policy": "drop"})
+    with pytest.raises(ValueError, match="n >= 2"):
+        rq3.cell({**base_cfg, "n": 1})
+    assert rq3.parse_learning_rates("3e-4, 1e-3 3e-3") == (3e-4, 1e-3, 3e-3)
+    assert rq3.parse_learning_rates(0.01) == (0.01,)
+    for bad in ("fast", "", -1.0, "1e-3 0"):
+        with pytest.raises(ValueError, match="learning_rates"):
+            rq3.parse_learning_rates(bad)
+    with pytest.raises(TypeError, match="learning_rates"):
+        rq3.parse_learning_rates(True)
+
+
+def test_configs_follow_the_paper():
+    rot = load_experiment("rq3_rotation", config_dir=CONFIGS)
+    grid = load_experiment("rq3_grid", config_dir=CONFIGS)
+    assert rot.grid["angle"] == [0, 15, 30, 45, 60, 75, 90] and rot.fixed["rank"] == 16
+    assert rot.fixed["n"] == 1024 and rq3.parse_learning_rates(rot.fixed["learning_rates"]) == (3e-4, 1e-3, 3e-3)
+    assert len(rot.grid["seed_index"]) == 3 and rot.fixed["form"] == "augmented"
+    assert grid.grid["rank"] == [4, 8, 16, 32] and grid.grid["n"] == [32, 64, 128, 256, 512, 1024, 2048]
+    assert sorted(grid.grid["angle"]) == [0, 90] and rq3.parse_learning_rates(grid.fixed["learning_rates"]) == (3e-4,)
+    assert (len(rot.configs()), len(grid.configs())) == (84, 672)
+    assert rot.cell == grid.cell == "asymgeo.experiments.rq3:cell"
+
+
+@pytest.mark.slow
+def test_quick_variants_run_through_the_runner_and_report(standin, shared_dir, tmp_path):
+    results = {}
+    for name in ("rq3_rotation", "rq3_grid"):
+        exp = load_experiment(name, quick=True, config_dir=CONFIGS)
+        exp = dataclasses.replace(exp, fixed={**exp.fixed, "data_dir": str(shared_dir / "data"),
+                                              "cache_dir": str(shared_dir / "embeddings")})
+        res = run_sweep(exp, results_dir=tmp_path, workers=1, progress=False, command=f"test {name}")
+        assert res.n_failed == 0 and res.n_run == len(exp.configs())
+        results[name] = read_results(tmp_path, exp.name)
+    grid = results["rq3_grid"]
+    assert (grid["status"] == "beyond_pool").sum() == 2 and (grid["status"] == "ok").sum() == 6
+    text, claim_rows, figs = rq3.report_section(results, tmp_path / "figs", "figs", suffix="-quick")
+    assert "Figure 5" in text and "Figure 6" in text and all(f.is_file() and f.stat().st_size > 0 for f in figs)
+    assert len(figs) == 2 and any("n = 32" in r[0] for r in claim_rows)
+
+
+# --------------------------------------------------------------------------- summaries
+T975_2 = 4.302652729911275  # Student t 97.5% quantile, 2 degrees of freedom
+
+
+def _rotation_table(slope_b=1e-4):
+    rows = []
+    for ds, base, slope in (("A", 0.001, 2e-4), ("B", 0.003, slope_b)):
+        for enc, shift in (("e1", 0.0), ("e2", 0.002)):
+            for angle in (0, 45, 90):
+                for s, off in enumerate((-0.001, 0.0, 0.001)):
+                    diff = base + shift + slope * angle + off
+                    rows.append({"study": "rotation", "dataset": ds, "encoder": enc, "angle": angle, "seed_index": s,
+                                 "ndcg_shared": 0.5, "ndcg_dual": 0.5 + diff, "ndcg_diff": diff,
+                                 "ndcg_frozen": 0.4, "n_used": 1024, "status": "ok"})
+    rows.append({**rows[0], "status": "beyond_pool", "ndcg_diff": 99.0})  # never counted
+    return pd.DataFrame(rows)
+
+
+def test_rotation_summary_known_means_and_intervals():
+    s = rq3.rotation_summary(_rotation_table())
+    assert len(s) == 12 and (s["seeds"] == 3).all()
+    r = s[(s["dataset"] == "A") & (s["encoder"] == "e2") & (s["angle"] == 90)].iloc[0]
+    assert r["diff_mean"] == pytest.approx(0.001 + 0.002 + 0.018)
+    assert r["diff_sd"] == pytest.approx(0.001)
+    assert r["ci_high"] - r["diff_mean"] == pytest.approx(T975_2 * 0.001 / np.sqrt(3))
+    m = rq3.rotation_means(s).set_index("angle")
+    # pairs at 0 deg: 0.001, 0.003, 0.003, 0.005 -> mean 0.003
+    assert m.loc[0, "mean"] == pytest.approx(0.003) and m.loc[0, "pairs_min"] == pytest.approx(0.001)
+    assert m.loc[90, "mean"] == pytest.approx(0.003 + 90 * (2e-4 + 1e-4) / 2)
+
+
+def test_rotation_claims_hold_and_fail():
+    c = rq3.claims(_rotation_table()).set_index("claim")
+    assert c["holds"].tolist() == [True, True, True]
+    assert "2 of 2 datasets" in c["ours"].iloc[1]
+    # dataset B's gap now falls with the angle: the mean still rises, "every dataset" fails
+    c2 = rq3.claims(_rotation_table(slope_b=-0.5e-4))
+    assert c2["holds"].tolist() == [True, False, True] and "1 of 2 datasets" in c2["ours"].iloc[1]
+
+
+def _grid_table():
+    """2 pairs x ranks 4/32 x n 32/1024/2048 x 3 seeds; winners and CARS choices planted."""
+    rows = []
+    for ds in ("A", "B"):
+        for rank in (4, 32):
+            for n in (32, 1024, 2048):
+                # n=32: shared wins except (B, 32); large n: dual wins except (B, 4, 2048)
+                sign = -1 if n == 32 else 1
+                if (ds, rank, n) in {("B", 32, 32), ("B", 4, 2048)}:
+                    sign = -sign
+                for s in range(3):
+                    diff = sign * (0.002 + 0.001 * s)
+                    shared = 0.70 + (0.002 if rank == 32 else 0.0)
+                    cars = "dual" if (n > 32 or s == 0) else "shared"   # majority: shared at 32, dual above
+                    rows.append({"study": "grid", "dataset": ds, "encoder": "e", "angle": 90, "rank": rank,
+                                 "n_used": n, "seed_index": s, "ndcg_shared": shared, "ndcg_dual": shared + diff,
+                                 "ndcg_diff": diff, "cars_choice": cars, "status": "ok"})
+    return pd.DataFrame(rows)
+
+
+def test_grid_summary_winners_and_cars_counts():
+    g = rq3.grid_summary(_grid_table())
+    assert len(g) == 12
+    assert (g[g["n_used"] == 32]["winner"] == "shared").sum() == 3
+    assert (g[g["n_used"] > 32]["winner"] == "dual").sum() == 7
+    assert (g["cars_choice"] == np.where(g["n_used"] == 32, "shared", "dual")).all()
+    # CARS matches every cell except the two planted exceptions
+    assert int(g["cars_match"].sum()) == 10
+    counts = rq3.cars_match_counts(g).set_index("dataset")
+    assert counts.loc["A", "cell_matches"] == 6 and counts.loc["B", "cell_matches"] == 4
+    # seed level: A all 18 seeds match except n=32 seed 0 (2 cells); B: by hand
+    assert counts.loc["A", "seed_matches"] == 16 and counts.loc["A", "seeds"] == 18
+    assert counts.loc["B", "seed_matches"] == 1 + 2 + 3 + 3 + 0 + 3  # (4,32) (32,32) (4,1024) (32,1024) (4,2048) (32,2048)
+
+
+def test_grid_claims():
+    c = rq3.claims(_grid_table())
+    assert c["claim"].str.contains("n = 32").any()
+    h = dict(zip(c["claim"], c["holds"]))
+    assert h["RQ3 grid (90°): Shared wins most cells at n = 32"] is True
+    assert h["RQ3 grid (90°): Dual wins every cell at n = 1024 and 2048"] is False
+    rank_row = c[c["claim"].str.contains("rank 32")].iloc[0]
+    assert "shared 0.7000 → 0.7020" in rank_row["ours"]
+    both = rq3.claims(pd.concat([_grid_table(), _rotation_table()], ignore_index=True))
+    assert len(both) == len(c) + 3
+
+
+def test_report_section_on_synthetic_tables(tmp_path):
+    grid = _grid_table()
+    grid = pd.concat([grid, grid.assign(angle=0)], ignore_index=True)
+    text, claim_rows, figs = rq3.report_section({"rq3_rotation": _rotation_table(), "rq3_grid": grid},
+                                                tmp_path, "figures")
+    assert [f.name for f in figs] == ["rq3_figure5.png", "rq3_figure6_90deg.png", "rq3_figure6_0deg.png"]
+    assert "![Figure 5](figures/rq3_figure5.png)" in text and "| A / e | 90° | 4 | 32 |" in text
+    verdicts = [r[3] for r in claim_rows]
+    assert verdicts.count("**yes**") == 5 and verdicts.count("**no**") == 1
+
+
+def test_summaries_reject_bad_tables(tmp_path):
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['ndcg_diff'\]"):
+        rq3.rotation_summary(_rotation_table().drop(columns="ndcg_diff"))
+    with pytest.raises(ValueError, match="no finished cells"):
+        rq3.grid_summary(_grid_table().assign(status="beyond_pool"))
+    with pytest.raises(TypeError, match="DataFrame"):
+        rq3.rotation_summary([{"angle": 0}])
+    with pytest.raises(ValueError, match="'study'"):
+        rq3.claims(_grid_table().drop(columns="study"))
+    with pytest.raises(ValueError, match="unknown study"):
+        rq3.claims(_grid_table().assign(study="other"))
+    with pytest.raises(ValueError, match="CARS"):
+        rq3.cars_match_counts(rq3.grid_summary(_grid_table().drop(columns="cars_choice")))
+    with pytest.raises(ValueError, match="unknown experiment"):
+        rq3.report_section({"rq1": _grid_table()}, tmp_path)
+    with pytest.raises(ValueError, match="neither"):
+        rq3.report_section({}, tmp_path)
+    with pytest.raises(ValueError, match="no grid cells at 45"):
+        rq3.plot_grid(rq3.grid_summary(_grid_table()), tmp_path / "x.png", 45)
