@@ -21,6 +21,7 @@ import pytest
 
 from asymgeo.data import load_beir, load_embeddings, load_triples
 from asymgeo.experiments import rq3
+from asymgeo.experiments.report import build_report
 from asymgeo.experiments.runner import load_experiment, read_results, run_sweep
 from asymgeo.geometry import relevance_moment
 from asymgeo.rotation import query_rotation, relevance_planes
@@ -225,6 +226,11 @@ def test_quick_variants_run_through_the_runner_and_report(standin, shared_dir, t
     text, claim_rows, figs = rq3.report_section(results, tmp_path / "figs", "figs", suffix="-quick")
     assert "Figure 5" in text and "Figure 6" in text and all(f.is_file() and f.stat().st_size > 0 for f in figs)
     assert len(figs) == 2 and any("n = 32" in r[0] for r in claim_rows)
+    # the report builder picks the RQ3 results up (other experiments listed as not run)
+    page = build_report(tmp_path, tmp_path / "docs", quick=True).read_text()
+    assert "## RQ3: query rotation with trained adapters (Figure 5)" in page
+    assert "RQ3 grid (90°): Shared wins most cells at n = 32" in page and "Not run: `asymgeo reproduce rq1 --quick`" in page
+    assert (tmp_path / "docs" / "figures" / "rq3_figure6_90deg-quick.png").is_file()
 
 
 # --------------------------------------------------------------------------- summaries

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .._atomic import atomic_write_text
-from . import rq1, rq2, table2
+from . import rq1, rq2, rq3, table2
 from .runner import SweepResult, load_experiment, read_results, results_path, run_sweep
 
 __all__ = ["EXPERIMENTS", "build_report", "reproduce", "run_log"]
@@ -27,6 +27,8 @@ __all__ = ["EXPERIMENTS", "build_report", "reproduce", "run_log"]
 #: Reproducible experiments, in report order.
 EXPERIMENTS = ("rq1", "table2", "rq2")
 FIGURES = {"rq1": "rq1_figure3.png", "table2": "table2_calibration.png", "rq2": "rq2_figure4a.png"}
+#: Trained-adapter experiments (RQ3): in the report, but run by name only (not by ``all``).
+RQ3_EXPERIMENTS = ("rq3_rotation", "rq3_grid")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -357,6 +359,23 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
         cell_sum = float(df["cell_seconds"].sum()) if "cell_seconds" in df else None
         timing_rows.append([name, f"{len(df)} cells", _fmt_seconds(t["wall"]), _fmt_seconds(cell_sum),
                             t.get("executor") or "–", cmds])
+    rq3_results = {}
+    for name in RQ3_EXPERIMENTS:
+        try:
+            rq3_results[name] = read_results(results_dir, name + suffix)
+        except FileNotFoundError:
+            sections.append(f"## {name}\n\nNot run: `asymgeo reproduce {name}{' --quick' if quick else ''}`.\n")
+            timing_rows.append([name, "–", "not run", "–", "–", "–"])
+            continue
+        t = _timing(results_dir, name + suffix)
+        df = rq3_results[name]
+        cell_sum = float(df["cell_seconds"].sum()) if "cell_seconds" in df else None
+        timing_rows.append([name, f"{len(df)} cells", _fmt_seconds(t["wall"]), _fmt_seconds(cell_sum),
+                            t.get("executor") or "–", "<br>".join(f"`{c}`" for c in t["commands"]) or "–"])
+    if rq3_results:
+        text, cl, _figs = rq3.report_section(rq3_results, figs, "figures", suffix=suffix)
+        sections.append(text)
+        claims += cl
     claim_tab = _table(["claim", "paper", "ours", "holds", "figure"],
                        [[c[0], c[1], c[2], c[3], c[4]] for c in claims]) if claims else "(no results yet)"
     machine = ""
