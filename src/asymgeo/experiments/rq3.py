@@ -226,6 +226,14 @@ def _set_torch_threads() -> None:
     torch.set_num_threads(1)
 
 
+def _scalar(value: Any) -> Any:
+    """A fitted attribute as a JSON scalar (numpy and torch scalars unwrapped; None kept)."""
+    if value is None:
+        return None
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
+
+
 # --------------------------------------------------------------------------- cell
 _REQUIRED = ("dataset", "encoder", "angle", "rank", "n", "seed_index", "master_seed")
 
@@ -264,6 +272,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     if policy not in ("cap", "first_cap"):
         raise ValueError(f"config pool_policy: expected 'cap' or 'first_cap', got {policy!r}")
     lrs = parse_learning_rates(config.get("learning_rates", "3e-4 1e-3 3e-3"))
+    _set_torch_threads()
     base = _load_base(str(config["dataset"]), str(config["encoder"]),
                       str(config.get("data_dir", "../shared/data")),
                       str(config.get("cache_dir", "../shared/embeddings")),
@@ -294,7 +303,6 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     Q_val = rotate_queries(base.validation.Q, base.U, base.W, theta).astype(np.float32)
     Q_test = rotate_queries(base.test.Q, base.U, base.W, theta).astype(np.float32)
 
-    _set_torch_threads()
     logger.debug("rq3 cell %s/%s angle %g rank %d n %d seed %d", config["dataset"], config["encoder"],
                  angle_deg, rank, n_used, s)
     device = config.get("device", "auto")
@@ -317,9 +325,9 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         out.update({
             f"ndcg_{family}": ev.mean["ndcg@10"],
             f"ndcg_graded_{family}": ev.mean["ndcg_graded@10"],
-            f"lr_{family}": float(ad.learning_rate_),
-            f"best_epoch_{family}": int(ad.best_epoch_),
-            f"val_ndcg_{family}": float(ad.validation_ndcg_),
+            f"lr_{family}": _scalar(ad.learning_rate_),
+            f"best_epoch_{family}": _scalar(ad.best_epoch_),
+            f"val_ndcg_{family}": _scalar(ad.validation_ndcg_),
         })
     frozen = _evaluate(Q_test, base, base.test.table, None)
     diff = per_query["dual"] - per_query["shared"]
