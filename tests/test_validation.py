@@ -361,3 +361,36 @@ def test_zero_variance_triples_refused(X, Yp, Yn, pattern):
         cars_score(X, Yp, Yn, 1)
     with pytest.raises(ValueError, match=pattern):
         GeometrySelector(rank=1).fit(X, Yp, Yn)
+
+
+# ------------------------------------------------------------------ check_int
+from asymgeo._validation import check_int  # noqa: E402
+
+
+@pytest.mark.parametrize("value, kwargs, expected", [
+    (3, {}, 3),
+    (np.int64(5), {}, 5),
+    (0, {"min_value": 0}, 0),
+    (8, {"max_value": 8}, 8),
+    (-4, {"min_value": None}, -4),
+])
+def test_check_int_accepts(value, kwargs, expected):
+    out = check_int(value, "n", **kwargs)
+    assert out == expected and type(out) is int
+
+
+@pytest.mark.parametrize("value, kwargs, exc, match", [
+    (0, {}, ValueError, "n: expected a positive integer, got 0"),
+    (True, {}, ValueError, "n: expected a positive integer, got True"),
+    (2.0, {}, ValueError, "n: expected a positive integer, got 2.0"),
+    ("3", {}, ValueError, "n: expected a positive integer, got '3'"),
+    (-1, {"min_value": 0}, ValueError, "n: expected a non-negative integer, got -1"),
+    (1, {"min_value": 2}, ValueError, "n: expected an integer >= 2, got 1"),
+    (9, {"max_value": 8, "max_label": "p=8"}, ValueError, r"n: expected an integer in \[1, p=8\], got 9"),
+    (2.5, {"type_error": True}, TypeError, "n: expected an integer, got float 2.5"),
+    (False, {"type_error": True}, TypeError, "n: expected an integer, got bool False"),
+    (0, {"note": " (dual-only directions)"}, ValueError, r"positive integer \(dual-only directions\), got 0"),
+])
+def test_check_int_refuses(value, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        check_int(value, "n", **kwargs)

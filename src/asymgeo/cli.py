@@ -13,6 +13,7 @@ import json
 import sys
 from typing import Callable, Sequence
 
+from ._runtime import json_default
 from ._version import __version__
 
 _EPILOG_TEMPLATE = "example:\n  {example}"
@@ -41,18 +42,8 @@ def _subparser(sub: argparse._SubParsersAction, name: str, help_text: str, examp
 
 
 def _print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=json_default)
     sys.stdout.write("\n")
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # --------------------------------------------------------------------------- demo

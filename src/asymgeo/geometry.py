@@ -22,7 +22,7 @@ import numpy as np
 import scipy.linalg as sla
 
 from ._lowrank import top_eigen, top_singular
-from ._validation import as_float_matrix, check_rank, check_same_shape, check_square
+from ._validation import as_float_matrix, check_int, check_rank, check_same_shape, check_square
 
 __all__ = [
     "relevance_moment",
@@ -271,10 +271,8 @@ def tangent_dims(p: int, rank: int) -> tuple[int, int, int]:
     (dim_Td, dim_Ts, k) with :math:`\dim T_d = 2pr - r^2`,
     :math:`\dim T_s = pr - r(r-1)/2` and :math:`k = r(2p-r-1)/2`.
     """
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"p: expected a positive integer, got {p!r}")
-    rank = check_rank(rank, int(p))
-    p = int(p)
+    p = check_int(p, "p")
+    rank = check_rank(rank, p)
     d_d = 2 * p * rank - rank * rank
     d_s = p * rank - rank * (rank - 1) // 2
     return d_d, d_s, d_d - d_s

@@ -12,7 +12,10 @@ from typing import Sequence
 import numpy as np
 
 from ._lowrank import top_eigen, top_singular
-from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed, check_triples_informative
+from ._runtime import available_cpus, limit_blas_threads
+from ._validation import (
+    as_float_matrix, check_int, check_rank, check_same_shape, check_seed, check_triples_informative,
+)
 from .geometry import sym
 
 __all__ = [
@@ -134,25 +137,15 @@ def _inner(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
 
 
 def _resolve_jobs(n_jobs: int | None, n_tasks: int, p: int) -> int:
-    import os
-
     if n_jobs is None and p < 256:
         return 1  # small operators: thread start-up costs more than it saves
     if n_jobs is None:
-        n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
-        raise ValueError(f"n_jobs: expected a positive integer or None, got {n_jobs!r}")
-    return max(1, min(int(n_jobs), n_tasks))
+        n_jobs = available_cpus()
+    return max(1, min(check_int(n_jobs, "n_jobs", note=" or None"), n_tasks))
 
 
 def _single_threaded_blas():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a core dependency
-        import contextlib
-
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return limit_blas_threads(1)
 
 
 def cars_score(
@@ -220,9 +213,7 @@ def cars_score(
     rank = check_rank(rank, p)
 
     if splits is None:
-        if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 1:
-            raise ValueError(f"n_splits: expected a positive integer, got {n_splits!r}")
-        split_list = half_splits(n, int(n_splits), rng_split)
+        split_list = half_splits(n, check_int(n_splits, "n_splits"), rng_split)
     else:
         split_list = []
         for b, pair in enumerate(splits):

@@ -11,7 +11,7 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import stats
 
-from ._validation import as_float_matrix, check_positive, check_rank, check_square
+from ._validation import as_float_matrix, check_int, check_positive, check_rank, check_square
 from .geometry import sym, tangent_dims, tangent_projectors
 
 __all__ = [
@@ -81,9 +81,7 @@ def local_risks(H: np.ndarray, U: np.ndarray, sigma: float) -> LocalRisks:
 
 
 def _check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
-        raise ValueError(f"k: expected a positive integer (number of dual-only directions), got {k!r}")
-    return int(k)
+    return check_int(k, "k", note=" (number of dual-only directions)")
 
 
 def sure_select_probability(k: int, lam: float | np.ndarray) -> float | np.ndarray:

@@ -31,6 +31,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
+from .._runtime import json_default
+from .._validation import check_int
 
 from .beir import BeirDataset, load_beir
 from .encoders import EncoderSpec, TextEncoder, get_encoder, l2_normalize, load_encoder
@@ -234,15 +236,7 @@ def _write_ids(path: Path, ids: Sequence[str]) -> None:
 
 
 def _write_meta(path: Path, meta: dict[str, Any]) -> None:
-    _atomic_write_bytes(path / "meta.json", (json.dumps(meta, indent=2, default=_json_default) + "\n").encode("utf-8"))
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer, np.floating)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    _atomic_write_bytes(path / "meta.json", (json.dumps(meta, indent=2, default=json_default) + "\n").encode("utf-8"))
 
 
 def write_embeddings(
@@ -350,9 +344,7 @@ def encode_dataset(
     """
     ds = load_beir(dataset, data_dir=data_dir)
     spec = get_encoder(encoder)
-    if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    chunk_size = int(chunk_size)
+    chunk_size = check_int(chunk_size, "chunk_size")
     path = cache_path(ds, spec, cache_dir)
     if (path / "meta.json").is_file() and not overwrite:
         return load_embeddings(ds, spec, cache_dir=cache_dir)

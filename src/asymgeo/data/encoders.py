@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence
 
 import numpy as np
 
+from .._runtime import available_cpus
 from .beir import document_text
 
 __all__ = [
@@ -159,10 +160,7 @@ def l2_normalize(E: np.ndarray) -> np.ndarray:
 
 
 def _cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    return available_cpus()
 
 
 class SentenceTransformerEncoder:

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .._validation import check_seed
+from .._validation import check_int, check_seed
 from .beir import BeirDataset, load_beir
 
 __all__ = [
@@ -151,8 +151,7 @@ def query_folds(ids: Sequence[str], n_folds: int = 5, seed: int | np.random.Gene
     Fold sizes differ by at most one (the first ``n % n_folds`` folds get the extra id);
     each fold keeps permutation order.
     """
-    if isinstance(n_folds, bool) or not isinstance(n_folds, numbers.Integral) or n_folds < 2:
-        raise ValueError(f"n_folds: expected an integer >= 2, got {n_folds!r}")
+    n_folds = check_int(n_folds, "n_folds", min_value=2)
     perm = _permuted(ids, seed)
     if len(perm) < n_folds:
         raise ValueError(f"ids: need at least n_folds = {n_folds} ids, got {len(perm)}")

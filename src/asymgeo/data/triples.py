@@ -17,6 +17,7 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
+from .._validation import check_int
 from ..search import exact_search
 from .beir import BeirDataset, load_beir
 from .cache import EmbeddingCache, load_embeddings
@@ -62,8 +63,7 @@ def mine_hard_negatives(
         raise ValueError(f"corpus: expected shape (N, {Q.shape[1]}), got {corpus.shape}")
     if len(exclude) != Q.shape[0]:
         raise ValueError(f"exclude: expected {Q.shape[0]} collections (one per query), got {len(exclude)}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k: expected a positive integer, got {k!r}")
+    k = check_int(k, "k")
     n, N = Q.shape[0], corpus.shape[0]
     max_ex = max((len(e) for e in exclude), default=0)
     if k + max_ex > N:
