@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from asymgeo._atomic import atomic_write_text
 from asymgeo.experiments import runner
 from asymgeo.experiments.runner import (
     SweepError,
@@ -24,17 +25,18 @@ from asymgeo.experiments.runner import (
 )
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 
 
 @pytest.fixture(autouse=True)
 def _helpers_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
+    # Ray workers are fresh interpreters: they find sweep_cells through PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("ASYMGEO_TEST_FAIL_X", raising=False)
     monkeypatch.delenv("ASYMGEO_TEST_INTERRUPT_X", raising=False)
 
 
-def _toy(cell: str = "asymgeo.experiments.runner:toy_cell", xs=range(6), **fixed) -> runner.Experiment:
+def _toy(cell: str = "sweep_cells:toy_cell", xs=range(6), **fixed) -> runner.Experiment:
     return parse_experiment(
         {"experiment": {"name": "toy", "cell": cell, "master_seed": 7},
          "grid": {"x": list(xs)}, "fixed": {"size": 5, **fixed}},
@@ -74,15 +76,15 @@ def test_cell_seed_deterministic_and_distinct():
 def test_bundled_configs_parse_full_and_quick():
     sizes = {}
     for name in ("rq1", "table2", "rq2"):
-        full = load_experiment(name, config_dir=ROOT / "experiments")
-        quick = load_experiment(name, quick=True, config_dir=ROOT / "experiments")
+        full = load_experiment(name, config_dir=runner.packaged_config_dir())
+        quick = load_experiment(name, quick=True, config_dir=runner.packaged_config_dir())
         assert quick.name == f"{name}-quick" and quick.quick
         assert len(quick.configs()) < len(full.configs())
         full.cell_function()
         sizes[name] = len(full.configs())
         assert full.master_seed == 20260809
     assert sizes == {"rq1": 7 * 7 * 3 * 5, "table2": 16, "rq2": 3 * 7 * 10}
-    rq1 = load_experiment("rq1", config_dir=ROOT / "experiments")
+    rq1 = load_experiment("rq1", config_dir=runner.packaged_config_dir())
     assert rq1.grid["angle"] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2]
     assert rq1.grid["n"] == [32, 64, 128, 256, 512, 1024, 2048]
     assert rq1.fixed["n_negatives"] == 299 and rq1.fixed["noise_sd"] == 0.6
@@ -163,14 +165,14 @@ def test_csv_format(tmp_path):
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     target = tmp_path / "cells" / "abc.json"
-    runner._atomic_write_text(target, '{"ok": 1}')
+    atomic_write_text(target, '{"ok": 1}')
 
     def boom(src, dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(runner.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        runner._atomic_write_text(target, '{"ok": 2, "partial": ')
+        atomic_write_text(target, '{"ok": 2, "partial": ')
     # The old complete record is untouched and no temporary file is left behind.
     assert json.loads(target.read_text()) == {"ok": 1}
     assert [p.name for p in target.parent.iterdir()] == ["abc.json"]
@@ -263,7 +265,7 @@ def test_ray_executor_matches_local(tmp_path):
     ray = pytest.importorskip("ray")
     from asymgeo.experiments.runner import load_experiment
 
-    rq2 = load_experiment("rq2", quick=True, config_dir=ROOT / "experiments")
+    rq2 = load_experiment("rq2", quick=True, config_dir=runner.packaged_config_dir())
     small = parse_experiment(
         {"experiment": {"name": "rq2-ray", "cell": rq2.cell, "master_seed": rq2.master_seed},
          "grid": {"angle": [0.4, 1.2], "n": [32, 128], "seed_index": [0]}, "fixed": dict(rq2.fixed)},
