@@ -157,7 +157,7 @@ def test_sure_bad_k(k):
     with pytest.raises(ValueError, match="k: expected a positive integer"):
         sure_select_probability(k, 1.0)
     with pytest.raises(ValueError, match="k: expected a positive integer"):
-        sure_regret(1.0, 1.0, k)
+        sure_regret(k, 1.0, 1.0)
 
 
 @pytest.mark.parametrize("lam", [-1.0, np.nan, np.inf, [1.0, -0.5]])
@@ -165,13 +165,13 @@ def test_sure_bad_lambda_and_delta(lam):
     with pytest.raises(ValueError, match="lam: expected finite values >= 0"):
         sure_select_probability(3, lam)
     with pytest.raises(ValueError, match="delta2: expected finite values >= 0"):
-        sure_regret(lam, 1.0, 3)
+        sure_regret(3, lam, 1.0)
 
 
 @pytest.mark.parametrize("s2", [0.0, -1.0, np.nan])
 def test_sure_regret_bad_sigma2(s2):
     with pytest.raises(ValueError, match="sigma2: expected a finite number > 0"):
-        sure_regret(1.0, s2, 3)
+        sure_regret(3, 1.0, s2)
 
 
 def test_optimal_separation_bad_covariances():
@@ -275,7 +275,7 @@ def test_estimator_bad_transform_input(Est):
     with pytest.raises(ValueError, match="Y: has 5 features per row"):
         est.transform_documents(np.ones((2, 5)))
     with pytest.raises(ValueError, match="Y: contains NaN"):
-        est.score(np.ones((2, 4)), _with(np.nan, arr=np.ones((2, 4))))
+        est.similarity(np.ones((2, 4)), _with(np.nan, arr=np.ones((2, 4))))
 
 
 def test_geometry_selector_cars_needs_four_triples():
@@ -286,7 +286,7 @@ def test_geometry_selector_cars_needs_four_triples():
 def test_geometry_selector_sure_zero_variance_names_sigma():
     X = np.ones((10, 4))
     with pytest.raises(ValueError, match="sigma: the moment has zero estimated noise"):
-        GeometrySelector(rank=1, method="sure").fit(X, X, np.zeros_like(X))
+        GeometrySelector(rank=1, selector="sure").fit(X, X, np.zeros_like(X))
 
 
 # --------------------------------------------------------------------------- simulation

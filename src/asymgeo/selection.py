@@ -1,4 +1,4 @@
-"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7) and the SURE plug-in.
+"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7); the SURE plug-in is in :mod:`asymgeo.theory`.
 
 The kernel :func:`cars_score` is a pure function on arrays; the estimator
 :class:`GeometrySelector` lives in :mod:`asymgeo.estimators`.
