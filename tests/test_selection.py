@@ -12,7 +12,7 @@ import pytest
 
 from asymgeo import cars_score, half_splits, selector_projection
 from asymgeo.selection import MIN_CARS_TRIPLES, residual_factors
-from reference_impl import naive_cars_score, naive_moment, naive_residual, random_orthonormal
+from reference_impl import naive_cars_score, naive_moment, naive_residual
 
 
 def _triples(rng, n, p, asym=0.8, noise=1.0):

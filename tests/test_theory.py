@@ -201,7 +201,7 @@ def test_sure_select_matches_hand_computed_risks():
     U = random_orthonormal(rng, p, r)
     P = U @ U.T
     n_dual = 0
-    for i in range(200):
+    for _ in range(200):
         H = direction_with_delta(U, rng, rng.uniform(0, 3 * sigma ** 2 * k))
         Z = H + sigma * own_pi_td(rng.standard_normal((p, p)), U)
         Zs = (Z + Z.T) / 2

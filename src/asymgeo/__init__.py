@@ -1,4 +1,4 @@
-"""asymgeo: when does dense retrieval need asymmetric geometry?
+"""asymgeo: when does dense retrieval need asymmetric geometry? Shared or dual projections.
 
 Low-level kernels (pure functions on arrays) are re-exported here together with the
 estimators, search, metrics and data loaders.  Convention: queries and documents are

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ._runtime import json_default
 from ._version import __version__
@@ -66,7 +66,7 @@ def _add_demo(sub):
 
 
 def _run_demo(args) -> int:
-    from .experiments.demo import run_demo, format_demo
+    from .experiments.demo import format_demo, run_demo
 
     result = run_demo(angle=args.angle, rank=args.rank, sizes=args.n, seed=args.seed, n_test=args.n_test)
     if args.json:
@@ -190,7 +190,7 @@ def _run_reproduce(args) -> int:
     if args.name == "report":
         print(f"wrote {out}")
         return 0
-    for r in out:
+    for r in out:  # type: ignore[union-attr]  # a list of SweepResult unless name == "report"
         print(f"{r.name}: {r.n_run} cells run, {r.n_skipped} already done, {r.n_total} total, "
               f"{r.wall_seconds:.1f} s -> {r.table}")
     return 0

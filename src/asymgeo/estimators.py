@@ -96,6 +96,9 @@ def _raw_moment(X, Y_pos, Y_neg) -> np.ndarray:
 class _Projection(_Params):
     """Shared surface of the fitted projections."""
 
+    solver: str
+    method: str | None
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "operator_"):
             raise NotFittedError(
@@ -173,7 +176,7 @@ class SharedProjection(_Projection):
         self.solver = solver
         self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "SharedProjection":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> SharedProjection:
         """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
         X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
         rank = check_rank(self.rank, X.shape[1])
@@ -211,7 +214,7 @@ class DualProjection(_Projection):
         self.solver = solver
         self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "DualProjection":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> DualProjection:
         """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
         X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
         rank = check_rank(self.rank, X.shape[1])
@@ -277,25 +280,27 @@ class GeometrySelector(_Params):
         self.solver = solver
         self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> "GeometrySelector":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> GeometrySelector:
         """Select the geometry on triples ``X, Y_pos, Y_neg`` and fit it on all of them."""
         selector = renamed_argument("GeometrySelector", "method", "selector", self.method, self.selector, "cars")
         if selector not in ("cars", "sure"):
             name = "method" if self.method is not None else "selector"
             raise ValueError(f"{name}: expected 'cars' or 'sure', got {selector!r}")
-        X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
-        if Y_neg is None:  # pragma: no cover - signature requires it
+        X, Y_pos, Y_neg_checked = _check_triples(X, Y_pos, Y_neg)
+        if Y_neg_checked is None:  # pragma: no cover - signature requires it
             raise ValueError("Y_neg: required for geometry selection")
+        Y_neg = Y_neg_checked
         n, p = X.shape
         rank = check_rank(self.rank, p)
         if selector == "cars":
             if n < MIN_CARS_TRIPLES:
                 raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
-            res: CarsResult | SureResult = cars_score(
+            cars = cars_score(
                 X, Y_pos, Y_neg, rank, n_splits=self.n_splits, seed=self.seed,
                 selector_dim=self.selector_dim, method=self.solver,
             )
-            self.score_ = res.score
+            self.score_ = cars.score
+            res: CarsResult | SureResult = cars
         else:
             Xf = as_float_matrix(X, "X")
             D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")

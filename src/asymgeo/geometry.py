@@ -15,8 +15,8 @@ All functions here are pure kernels on arrays (no I/O, no state).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import scipy.linalg as sla
@@ -182,7 +182,7 @@ def shared_factors(C: np.ndarray, rank: int, *, solver: str = "auto", method: st
 
 @dataclass(frozen=True)
 class ApproximationGap:
-    """Theorem 1 decomposition of the shared-minus-dual approximation error.
+    r"""Theorem 1 decomposition of the shared-minus-dual approximation error.
 
     Attributes
     ----------
@@ -290,7 +290,7 @@ def tangent_dims(p: int, rank: int) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class TangentProjectors:
-    """Frobenius-orthogonal projectors onto :math:`T_d`, :math:`T_s` and
+    r"""Frobenius-orthogonal projectors onto :math:`T_d`, :math:`T_s` and
     :math:`\\mathcal A = T_d \\cap T_s^\\perp` at ``S = U Lambda U^T`` (Appendix B.1).
 
     Each is a callable mapping a (p, p) matrix to a (p, p) matrix; the object also

@@ -6,15 +6,20 @@ The kernel :func:`cars_score` is a pure function on arrays; the estimator
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from ._lowrank import top_eigen, top_singular
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
-    as_float_matrix, check_int, check_rank, check_same_shape, check_seed, check_triples_informative,
+    as_float_matrix,
+    check_int,
+    check_rank,
+    check_same_shape,
+    check_seed,
+    check_triples_informative,
 )
 from .geometry import sym
 
@@ -148,7 +153,7 @@ def _single_threaded_blas():
     return limit_blas_threads(1)
 
 
-def cars_score(
+def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed branch
     X: np.ndarray,
     Y_pos: np.ndarray,
     Y_neg: np.ndarray,

@@ -160,7 +160,8 @@ def candidate_ndcg(M: np.ndarray, test: CandidateTest, k: int = 10) -> np.ndarra
     M = as_float_matrix(M, "M")
     check_square(M, "M")
     if M.shape[0] != test.X.shape[1]:
-        raise ValueError(f"M: expected shape ({test.X.shape[1]}, {test.X.shape[1]}) to match the test queries, got {M.shape}")
+        p = test.X.shape[1]
+        raise ValueError(f"M: expected shape ({p}, {p}) to match the test queries, got {M.shape}")
     q = test.X @ M  # (m, p): rows are M^T x
     s_pos = np.einsum("ij,ij->i", q, test.Y_pos)
     s_neg = np.einsum("ij,inj->in", q, test.Y_neg)

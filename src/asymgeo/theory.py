@@ -10,9 +10,8 @@ use it, so ``import asymgeo`` stays fast.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla

@@ -7,8 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
 from asymgeo._atomic import atomic_write_text

@@ -23,17 +23,17 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
 from .._runtime import json_default
 from .._validation import check_int
-
 from .beir import BeirDataset, load_beir
 from .encoders import EncoderSpec, TextEncoder, get_encoder, l2_normalize, load_encoder
 
@@ -157,7 +157,7 @@ def _load_npy(path: Path, mmap: bool) -> np.ndarray:
     return arr
 
 
-def load_embeddings(
+def load_embeddings(  # noqa: C901 - data layer, reliability branch
     dataset: str | os.PathLike | BeirDataset,
     encoder: str | EncoderSpec,
     *,
@@ -305,7 +305,7 @@ def _assemble(parts: list[Path], dest: Path, n_rows: int, dim: int) -> None:
         del out
 
 
-def encode_dataset(
+def encode_dataset(  # noqa: C901 - split into named steps (issue #8) in the data branch
     dataset: str | os.PathLike | BeirDataset,
     encoder: str | EncoderSpec = "all-MiniLM-L6-v2",
     *,
@@ -466,7 +466,7 @@ def encode_dataset(
         "encode_wall_seconds": timings,
         "python_version": sys.version.split()[0],
         "numpy_version": np.__version__,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     info.pop("dimension", None)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -177,8 +178,8 @@ class SentenceTransformerEncoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
-            import torch
             import sentence_transformers
+            import torch
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise ImportError(
@@ -230,7 +231,7 @@ class SentenceTransformerEncoder:
             tv = transformers.__version__
         except ImportError:  # pragma: no cover
             tv = None
-        out = dict(self._versions)
+        out: dict[str, Any] = dict(self._versions)
         out.update(
             {
                 "transformers_version": tv,

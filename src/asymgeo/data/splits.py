@@ -19,8 +19,8 @@ ids and the seed, never on input order.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 
@@ -55,8 +55,10 @@ def _unique_sorted(ids: Sequence[str], name: str = "ids") -> list[str]:
     ids = [str(i) for i in ids]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))
-        raise ValueError(f"{name}: duplicate id {dup!r}")
+        for dup in ids:
+            if dup in seen:
+                raise ValueError(f"{name}: duplicate id {dup!r}")
+            seen.add(dup)
     return sorted(ids)
 
 
@@ -78,7 +80,7 @@ def split_sizes(n: int, fractions: Sequence[float | Fraction]) -> list[int]:
     fr = [Fraction(str(f)) for f in fractions]
     if any(f < 0 for f in fr):
         raise ValueError(f"fractions: must be non-negative, got {list(fractions)}")
-    total = sum(fr)
+    total = sum(fr, Fraction(0))
     if abs(total - 1) > Fraction(1, 10**9):
         raise ValueError(f"fractions: must sum to 1, got {list(fractions)} (sum {float(total)})")
     fr = [f / total for f in fr]  # absorbs float round-off such as 3 * (1/3) != 1

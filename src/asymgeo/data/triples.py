@@ -12,8 +12,9 @@ query's frozen hard negatives for adapter training (the first of them is ``Y_neg
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class Triples:
         E = np.asarray(self._corpus[uniq], dtype=np.float32).reshape(len(uniq), self.dim)
         return E[inv.reshape(-1)].reshape(*self.hard_negative_rows.shape, self.dim)
 
-    def subset(self, ids: Sequence[str]) -> "Triples":
+    def subset(self, ids: Sequence[str]) -> Triples:
         """Triples of the given query ids, in that order (KeyError on an unknown id)."""
         where = {q: i for i, q in enumerate(self.query_ids)}
         try:

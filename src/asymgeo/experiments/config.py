@@ -37,9 +37,10 @@ import json
 import math
 import os
 import tomllib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from .._validation import check_int
 
@@ -132,6 +133,23 @@ def _check_fixed(source: str, table: dict, prefix: str) -> dict[str, Any]:
     return {k: _check_scalar(source, f"[{prefix}] {k}", v) for k, v in table.items()}
 
 
+def _check_meta(source: str, meta: dict) -> tuple[str, str, int]:
+    """``(name, cell, master_seed)`` of the ``[experiment]`` table, or a ValueError naming the key."""
+    for key in ("name", "cell", "master_seed"):
+        if key not in meta:
+            raise _err(source, f"[experiment] is missing key {key!r}")
+    name, cell = meta["name"], meta["cell"]
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
+        raise _err(source, f"[experiment] name: expected a plain folder name, got {name!r}")
+    if not isinstance(cell, str) or ":" not in cell:
+        raise _err(source, f"[experiment] cell: expected 'module:function', got {cell!r}")
+    try:
+        seed = check_int(meta["master_seed"], "[experiment] master_seed", min_value=0)
+    except ValueError as exc:
+        raise _err(source, str(exc)) from None
+    return name, cell, seed
+
+
 def parse_experiment(data: dict, source: str = "<config>", *, quick: bool = False) -> Experiment:
     """Validate a TOML document (as a dict) and build an :class:`Experiment`.
 
@@ -145,18 +163,7 @@ def parse_experiment(data: dict, source: str = "<config>", *, quick: bool = Fals
     if unknown:
         raise _err(source, f"unknown top-level table(s) {unknown}; expected {sorted(known)}")
     meta = _check_table(source, data, "experiment", True)
-    for key in ("name", "cell", "master_seed"):
-        if key not in meta:
-            raise _err(source, f"[experiment] is missing key {key!r}")
-    name, cell = meta["name"], meta["cell"]
-    if not isinstance(name, str) or not name or any(c in name for c in "/\\ "):
-        raise _err(source, f"[experiment] name: expected a plain folder name, got {name!r}")
-    if not isinstance(cell, str) or ":" not in cell:
-        raise _err(source, f"[experiment] cell: expected 'module:function', got {cell!r}")
-    try:
-        seed = check_int(meta["master_seed"], "[experiment] master_seed", min_value=0)
-    except ValueError as exc:
-        raise _err(source, str(exc)) from None
+    name, cell, seed = _check_meta(source, meta)
     grid = _check_grid(source, _check_table(source, data, "grid", True), "grid")
     if not grid:
         raise _err(source, "[grid] has no axes")
@@ -232,7 +239,7 @@ def load_experiment(name_or_path: str | os.PathLike, *, quick: bool = False,
     return parse_experiment(data, str(path), quick=quick)
 
 
-def expand_grid(grid: dict[str, Sequence], fixed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def expand_grid(grid: Mapping[str, Sequence], fixed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Cartesian product of ``grid`` axes (first axis slowest), each merged with ``fixed``."""
     fixed = dict(fixed or {})
     axes = list(grid)

@@ -11,7 +11,8 @@ Small n favours shared; large n and large angles favour dual (Corollary 1).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .._validation import check_int
 from . import rq1

@@ -12,7 +12,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._runtime import available_cpus, limit_blas_threads
 from .config import import_cell
@@ -114,14 +115,26 @@ def run_cells(
     if address is not None:
         raise ValueError("address: only meaningful with executor='ray'")
     if workers == 1:
-        for cfg in configs:
-            try:
-                record, secs = _execute(cell, cfg)
-            except Exception as exc:  # noqa: BLE001 - reported, sweep goes on
-                on_error(cfg, exc, traceback.format_exc())
-                continue
-            on_done(cfg, record, secs)
-        return
+        _run_in_process(cell, configs, on_done, on_error)
+    else:
+        _run_pool(cell, configs, on_done, on_error, workers)
+
+
+def _run_in_process(cell: str, configs: Sequence[dict], on_done: Callable[[dict, dict, float], None],
+                    on_error: Callable[[dict, BaseException, str], None]) -> None:
+    """Run the cells one after the other in this process."""
+    for cfg in configs:
+        try:
+            record, secs = _execute(cell, cfg)
+        except Exception as exc:  # noqa: BLE001 - reported, sweep goes on
+            on_error(cfg, exc, traceback.format_exc())
+            continue
+        on_done(cfg, record, secs)
+
+
+def _run_pool(cell: str, configs: Sequence[dict], on_done: Callable[[dict, dict, float], None],
+              on_error: Callable[[dict, BaseException, str], None], workers: int) -> None:
+    """Run the cells on a local process pool of ``workers`` processes."""
     import multiprocessing
 
     # Linux: fork (cheap start; each cell caps BLAS at one thread via threadpoolctl).

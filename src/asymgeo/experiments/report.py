@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -211,7 +212,8 @@ def _table2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[st
         notes.append(
             "- Finite-n bias: the dual relative error falls "
             + " → ".join(f"{100 * e:+.2f}%" for e in errs)
-            + f" as n grows (ratios {', '.join(f'{r:.1f}' for r in ratios)} per {', '.join(f'{2 ** st:.0f}x' for st in steps)} n), "
+            + f" as n grows (ratios {', '.join(f'{r:.1f}' for r in ratios)} per "
+            f"{', '.join(f'{2 ** st:.0f}x' for st in steps)} n), "
             "the O(1/n) remainder of the local expansion; the dual risk draws are shared across signal "
             "levels, so the dual column's error is nearly the same in every row. At the largest n this "
             "deterministic remainder, not Monte-Carlo noise, is most of the deviation from the limit.")
@@ -350,7 +352,7 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
         t = _timing(results_dir, name + suffix)
         if t["machine"]:
             machine = t["machine"]
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     quick_note = ("\n> **Quick variant**: small CI grids, not the paper's; numbers are smoke-test level.\n"
                   if quick else "")
     text = f"""# Reproducing the theory experiments (RQ1, Table 2, RQ2 simulation)
@@ -358,8 +360,8 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
 Regenerate everything with
 
 ```bash
-asymgeo reproduce all{' --quick' if quick else ''}            # run (resumes; --executor ray --address ADDR to scale out)
-asymgeo reproduce report{' --quick' if quick else ''}         # rewrite this page and docs/figures/
+asymgeo reproduce all{' --quick' if quick else ''}  # run (resumes; --executor ray --address ADDR to scale out)
+asymgeo reproduce report{' --quick' if quick else ''}  # rewrite this page and docs/figures/
 ```
 
 Configs: `rq1.toml`, `table2.toml`, `rq2.toml` in `src/asymgeo/experiments/configs/` (master seed 20260809;

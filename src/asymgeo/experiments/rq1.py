@@ -71,7 +71,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     nd_d = candidate_ndcg(dual.operator_, test)
     diff = nd_d - nd_s
     C_pop = model.population_moment()
-    out = {
+    out: dict[str, Any] = {
         "ndcg_shared": float(nd_s.mean()),
         "ndcg_dual": float(nd_d.mean()),
         "ndcg_diff": float(diff.mean()),

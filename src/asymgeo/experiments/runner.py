@@ -138,7 +138,7 @@ def run_sweep(
         Re-raised after saving the table; finished cells are kept.
     """
     t0 = time.perf_counter()
-    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     base = results_path(results_dir, experiment.name)
     cells_dir = base / "cells"
     cells_dir.mkdir(parents=True, exist_ok=True)
@@ -153,16 +153,18 @@ def run_sweep(
     versions = package_versions()
     experiment.cell_function()  # fail early on a bad import
     n_workers = int(workers) if workers else available_cpus()
-    state = {"run": 0, "failures": []}
+    n_run = 0
+    failures: list[tuple[dict, str]] = []
     bar = _progress(len(configs), len(done), experiment.name, progress)
 
     def on_done(cfg: dict, record: dict, secs: float) -> None:
+        nonlocal n_run
         write_cell(cells_dir, cell_id(cfg), cfg, record, secs, versions)
-        state["run"] += 1
+        n_run += 1
         bar.update(1)
 
     def on_error(cfg: dict, exc: BaseException, tb: str) -> None:
-        state["failures"].append((cfg, tb))
+        failures.append((cfg, tb))
         bar.write(f"{experiment.name}: cell {cell_id(cfg)} failed: {type(exc).__name__}: {exc}")
 
     interrupted = False
@@ -179,15 +181,15 @@ def run_sweep(
         wall = time.perf_counter() - t0
         log = {
             "started": started,
-            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "command": command if command is not None else " ".join(["asymgeo", *sys.argv[1:]]),
             "executor": executor,
             "workers": n_workers,
             "address": address,
             "cells_total": len(configs),
             "cells_skipped": len(done),
-            "cells_run": state["run"],
-            "cells_failed": len(state["failures"]),
+            "cells_run": n_run,
+            "cells_failed": len(failures),
             "interrupted": interrupted,
             "wall_seconds": round(wall, 3),
             "machine": f"{platform.machine()} {os.cpu_count()} CPUs ({available_cpus()} usable), {platform.system()}",
@@ -197,25 +199,25 @@ def run_sweep(
             fh.write(json.dumps(log) + "\n")
         if interrupted:
             logger.warning("%s: interrupted; %d of %d cells saved under %s (rerun to resume)",
-                           experiment.name, len(done) + state["run"], len(configs), cells_dir)
+                           experiment.name, len(done) + n_run, len(configs), cells_dir)
     result = SweepResult(
         name=experiment.name,
         n_total=len(configs),
         n_skipped=len(done),
-        n_run=state["run"],
-        n_failed=len(state["failures"]),
+        n_run=n_run,
+        n_failed=len(failures),
         table=table,
         wall_seconds=wall,
         executor=executor,
         workers=n_workers,
-        failures=state["failures"],
+        failures=failures,
     )
-    if state["failures"]:
-        cfg, tb = state["failures"][0]
+    if failures:
+        cfg, tb = failures[0]
         last = tb.strip().splitlines()[-1] if tb.strip() else "error"
         raise SweepError(
-            f"{experiment.name}: {len(state['failures'])} of {len(pending)} cells failed "
+            f"{experiment.name}: {len(failures)} of {len(pending)} cells failed "
             f"(first: {cfg} -> {last}); finished cells are saved, rerun to retry the rest",
-            state["failures"],
+            failures,
         )
     return result

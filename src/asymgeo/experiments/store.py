@@ -13,8 +13,9 @@ import datetime as _dt
 import json
 import os
 import platform
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .._atomic import atomic_path, atomic_write_text
 from .._runtime import json_default
@@ -51,16 +52,16 @@ def results_path(results_dir: str | os.PathLike, name: str) -> Path:
     return Path(results_dir) / name
 
 
-
 def write_cell(cells_dir: Path, cid: str, config: dict, record: dict, seconds: float,
-                versions: dict[str, str]) -> None:
+               versions: dict[str, str]) -> None:
+    """Write one finished cell to ``<cells_dir>/<cid>.json`` atomically (config, record, seconds, versions)."""
     payload = {
         "cell_id": cid,
         "config": config,
         "record": record,
         "seconds": seconds,
         "versions": versions,
-        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "finished_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     atomic_write_text(cells_dir / f"{cid}.json", json.dumps(payload, default=json_default, allow_nan=True))
 

@@ -92,7 +92,9 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     # Nonlinear projections (risks) and finite-n SURE on the same draws.
     rng = np.random.default_rng(risk_seed)
     n_draws = int(config["risk_draws"])
-    loss_d, loss_s, pick_n = [], [], []
+    loss_d_parts: list[np.ndarray] = []
+    loss_s_parts: list[np.ndarray] = []
+    pick_n_parts: list[np.ndarray] = []
     s2 = sigma * sigma
     for start in range(0, n_draws, chunk):
         b = min(chunk, n_draws - start)
@@ -100,11 +102,11 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         Y = M_n + (sigma / root_n) * G
         Md = batched_dual_truncate(Y, r)
         Ms = batched_shared_truncate(Y, r)
-        loss_d.append(n * np.sum((Md - M_n) ** 2, axis=(1, 2)))
-        loss_s.append(n * np.sum((Ms - M_n) ** 2, axis=(1, 2)))
+        loss_d_parts.append(n * np.sum((Md - M_n) ** 2, axis=(1, 2)))
+        loss_s_parts.append(n * np.sum((Ms - M_n) ** 2, axis=(1, 2)))
         Z = root_n * proj.Pi_Td(Y - S)
-        pick_n.append(_sure_pick(Z, proj, s2, d_d, d_s))
-    loss_d, loss_s, pick_n = map(np.concatenate, (loss_d, loss_s, pick_n))
+        pick_n_parts.append(_sure_pick(Z, proj, s2, d_d, d_s))
+    loss_d, loss_s, pick_n = (np.concatenate(x) for x in (loss_d_parts, loss_s_parts, pick_n_parts))
 
     # Limit Gaussian sequence model Z = H + sigma Pi_Td(G).
     rng = np.random.default_rng(sure_seed)
