@@ -188,12 +188,16 @@ def test_unreadable_or_temporary_cell_files_are_ignored(tmp_path):
 
 
 # --------------------------------------------------------------------------- resume
-def test_resume_after_a_crashed_cell(tmp_path, monkeypatch):
+def test_resume_after_a_crashed_cell(tmp_path, monkeypatch, caplog, capsys):
     exp = _toy(cell="sweep_cells:flaky_cell")
     monkeypatch.setenv("ASYMGEO_TEST_FAIL_X", "3")
     with pytest.raises(SweepError, match=r"1 of 6 cells failed.*simulated crash") as info:
         run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
     assert info.value.failures[0][0]["x"] == 3
+    # the library logs the failed cell (only the CLI prints)
+    logged = [r for r in caplog.records if r.name == "asymgeo.experiments.runner"]
+    assert len(logged) == 1 and "failed: RuntimeError: simulated crash at x = 3" in logged[0].getMessage()
+    assert capsys.readouterr().out == ""
     df = read_results(tmp_path, "toy")
     assert sorted(df["x"]) == [0, 1, 2, 4, 5]
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "toy" / "cells").iterdir()}
@@ -281,3 +285,29 @@ def test_ray_executor_matches_local(tmp_path):
     assert local == remote and len(local) == 4
     run_sweep(_toy(), results_dir=tmp_path / "local", workers=1, progress=False)
     assert _records(tmp_path / "local") == _records(tmp_path / "ray")
+
+
+# --------------------------------------------------------------------------- packaged configs
+def test_configs_ship_as_package_data():
+    import tomllib
+
+    pkg = runner.packaged_config_dir()
+    assert pkg.parent == Path(runner.__file__).resolve().parent  # inside the installed package
+    names = sorted(p.stem for p in pkg.glob("*.toml"))
+    assert names == ["rq1", "rq2", "table2"]
+    root = Path(runner.__file__).resolve().parents[3]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["asymgeo"]
+    shipped = {p for g in globs for p in (root / "src" / "asymgeo").glob(g)}
+    assert set(pkg.glob("*.toml")) <= shipped  # the wheel's package-data globs pick them up
+
+
+def test_default_config_dir_outside_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./experiments here: the packaged configs
+    assert runner.default_config_dir() == runner.packaged_config_dir()
+    assert load_experiment("rq2", quick=True).name == "rq2-quick"
+    (tmp_path / "experiments").mkdir()  # a folder without configs does not shadow them
+    assert runner.default_config_dir() == runner.packaged_config_dir()
+    (tmp_path / "experiments" / "mine.toml").write_text(
+        '[experiment]\nname = "mine"\ncell = "sweep_cells:toy_cell"\nmaster_seed = 1\n[grid]\nx = [1, 2]\n')
+    assert runner.default_config_dir() == Path("experiments")
+    assert load_experiment("mine").configs() == [{"master_seed": 1, "x": 1}, {"master_seed": 1, "x": 2}]

@@ -165,7 +165,7 @@ def run_sweep(
 
     def on_error(cfg: dict, exc: BaseException, tb: str) -> None:
         failures.append((cfg, tb))
-        bar.write(f"{experiment.name}: cell {cell_id(cfg)} failed: {type(exc).__name__}: {exc}")
+        logger.warning("%s: cell %s failed: %s: %s", experiment.name, cell_id(cfg), type(exc).__name__, exc)
 
     interrupted = False
     try:
