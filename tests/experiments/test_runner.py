@@ -255,6 +255,12 @@ def test_bad_executor_and_address(tmp_path):
         run_sweep(_toy(), results_dir=tmp_path, address="auto", workers=1, progress=False)
 
 
+@pytest.mark.parametrize("workers", [-1, 2.5, True])
+def test_bad_workers(tmp_path, workers):
+    with pytest.raises(ValueError, match="workers: expected a positive integer"):
+        run_sweep(_toy(), results_dir=tmp_path, workers=workers, progress=False)
+
+
 def test_missing_ray_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install 'asymgeo\[ray\]'"):

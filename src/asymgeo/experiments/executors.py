@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._runtime import available_cpus, limit_blas_threads
+from .._validation import check_int
 from .config import import_cell
 
 __all__ = ["EXECUTORS", "run_cells"]
@@ -106,9 +107,7 @@ def run_cells(
     """
     if executor not in EXECUTORS:
         raise ValueError(f"executor: expected one of {EXECUTORS}, got {executor!r}")
-    workers = int(workers) if workers else available_cpus()
-    if workers < 1:
-        raise ValueError(f"workers: expected a positive integer, got {workers}")
+    workers = check_int(workers, "workers") if workers else available_cpus()
     if executor == "ray":
         _run_ray(cell, configs, on_done, on_error, workers=workers, address=address)
         return

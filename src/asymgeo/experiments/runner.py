@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .._runtime import available_cpus
+from .._validation import check_int
 from .config import (
     Experiment,
     cell_id,
@@ -152,7 +153,7 @@ def run_sweep(
         pending = pending[: int(limit)]
     versions = package_versions()
     experiment.cell_function()  # fail early on a bad import
-    n_workers = int(workers) if workers else available_cpus()
+    n_workers = check_int(workers, "workers") if workers else available_cpus()
     n_run = 0
     failures: list[tuple[dict, str]] = []
     bar = _progress(len(configs), len(done), experiment.name, progress)
