@@ -1,7 +1,7 @@
 """Process runtime helpers: usable CPUs, BLAS thread limits and JSON encoding of numpy values.
 
 One home for what the search, selection, data and experiment layers each used to
-compute their own way.  Kernels-level module: imports only the standard library
+compute their own way.  Foundation layer: imports only the standard library
 (threadpoolctl and numpy lazily, inside the functions that need them).
 """
 

@@ -25,7 +25,7 @@ __all__ = ["PairedComparison", "paired_comparison"]
 
 @dataclass(frozen=True)
 class PairedComparison:
-    """Outcome of :func:`paired_comparison`: the paired mean difference ``b - a``, its t-test and bootstrap CI."""
+    """Outcome of :func:`paired_comparison`: the paired mean difference ``a - b``, its t-test and bootstrap CI."""
 
     n: int
     mean_a: float
