@@ -355,13 +355,14 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
     now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     quick_note = ("\n> **Quick variant**: small CI grids, not the paper's; numbers are smoke-test level.\n"
                   if quick else "")
+    q = " --quick" if quick else ""
     text = f"""# Reproducing the theory experiments (RQ1, Table 2, RQ2 simulation)
 {quick_note}
 Regenerate everything with
 
 ```bash
-asymgeo reproduce all{' --quick' if quick else ''}  # run (resumes; --executor ray --address ADDR to scale out)
-asymgeo reproduce report{' --quick' if quick else ''}  # rewrite this page and docs/figures/
+asymgeo reproduce all{q}            # run (resumes; --executor ray --address ADDR to scale out)
+asymgeo reproduce report{q}         # rewrite this page and docs/figures/
 ```
 
 Configs: `rq1.toml`, `table2.toml`, `rq2.toml` in `src/asymgeo/experiments/configs/` (master seed 20260809;
