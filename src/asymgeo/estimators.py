@@ -297,7 +297,7 @@ class GeometrySelector(_Params):
                 raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
             cars = cars_score(
                 X, Y_pos, Y_neg, rank, n_splits=self.n_splits, seed=self.seed,
-                selector_dim=self.selector_dim, method=self.solver,
+                selector_dim=self.selector_dim, solver=self.solver,
             )
             self.score_ = cars.score
             res: CarsResult | SureResult = cars

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._lowrank import top_eigen, top_singular
+from ._deprecation import renamed_argument
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -163,8 +164,9 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
     splits: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
     selector_dim: int | None = None,
     *,
-    method: str = "auto",
+    solver: str = "auto",
     n_jobs: int | None = None,
+    method: str | None = None,
 ) -> CarsResult:
     r"""Cross-fitted Asymmetry Risk Selector (paper, Section 3.2, eq. 7).
 
@@ -188,9 +190,11 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
     n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential).  Threads run with
         single-threaded BLAS; ``n_jobs`` changes the result only by BLAS rounding
         (summation order), and a fixed ``n_jobs`` is deterministic.
-    method : truncation solver, ``"auto"`` (certified Krylov with warm starts when
+    solver : truncation solver, ``"auto"`` (certified Krylov with warm starts when
         p >= 512 and rank <= p/16), ``"dense"`` or ``"krylov"``.
+    method : deprecated alias of ``solver`` (removed in 0.3).
     """
+    method = renamed_argument("cars_score", "method", "solver", method, solver, "auto")
     X = as_float_matrix(X, "X")
     Y_pos = as_float_matrix(Y_pos, "Y_pos")
     Y_neg = as_float_matrix(Y_neg, "Y_neg")
