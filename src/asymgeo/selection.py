@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._lowrank import top_eigen, top_singular
 from ._deprecation import renamed_argument
+from ._lowrank import top_eigen, top_singular
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
