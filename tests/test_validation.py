@@ -394,3 +394,26 @@ def test_check_int_accepts(value, kwargs, expected):
 def test_check_int_refuses(value, kwargs, exc, match):
     with pytest.raises(exc, match=match):
         check_int(value, "n", **kwargs)
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(value=st.integers(-10**6, 10**6), lo=st.integers(-5, 5), span=st.integers(0, 10))
+def test_check_int_property_range(value, lo, span):
+    hi = lo + span
+    if lo <= value <= hi:
+        assert check_int(value, "v", min_value=lo, max_value=hi) == value
+        assert check_int(np.int32(value) if abs(value) < 2**31 else value, "v", min_value=lo, max_value=hi) == value
+    else:
+        with pytest.raises(ValueError, match=r"^v: expected an integer in \["):
+            check_int(value, "v", min_value=lo, max_value=hi)
+
+
+@given(value=st.floats(allow_nan=True) | st.booleans() | st.text(max_size=3) | st.none())
+def test_check_int_property_refuses_non_integers(value):
+    with pytest.raises(ValueError, match="^x: expected a positive integer"):
+        check_int(value, "x")
+    with pytest.raises(TypeError, match="^x: expected an integer, got"):
+        check_int(value, "x", type_error=True)
