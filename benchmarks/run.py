@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     for name in selected:
         print(f"== benchmark {name}", flush=True)
         body = _load(name).run(quick=args.quick)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         body = body.rstrip() + f"\n\n_Made by `{cmd}` on {stamp}; {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}._\n"
         print(body, flush=True)
         sections[name] = body

@@ -14,7 +14,7 @@ arrays; the relevance moment of a subset ``I`` is
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

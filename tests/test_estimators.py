@@ -10,7 +10,8 @@ from sklearn.base import clone
 from sklearn.utils import estimator_checks as ec
 
 from asymgeo import DualProjection, GeometrySelector, SharedProjection, cars_score, sure_select, tangent_dims
-from asymgeo.estimators import NotFittedError, estimate_moment_noise
+from asymgeo.estimators import NotFittedError
+from asymgeo.theory import estimate_moment_noise
 from reference_impl import naive_dual_truncate, naive_moment, naive_shared_truncate
 
 ESTIMATORS = [SharedProjection, DualProjection, GeometrySelector]
@@ -85,7 +86,7 @@ def test_fit_returns_self_and_does_not_touch_params(Est):
 def test_not_fitted_errors(Est):
     est = Est(rank=2)
     X = np.ones((3, 4))
-    for call in (lambda: est.transform_queries(X), lambda: est.transform_documents(X), lambda: est.score(X, X)):
+    for call in (lambda: est.transform_queries(X), lambda: est.transform_documents(X), lambda: est.similarity(X, X)):
         with pytest.raises(NotFittedError, match="not fitted"):
             call()
     with pytest.raises(ValueError):
@@ -100,8 +101,8 @@ def test_not_fitted_errors(Est):
 def test_projections_equal_independent_truncations(method, p, r):
     X, Yp, Yn = _triples(3, n=400, p=p)
     C = naive_moment(X, Yp, Yn)
-    sh = SharedProjection(rank=r, method=method).fit(X, Yp, Yn)
-    du = DualProjection(rank=r, method=method).fit(X, Yp, Yn)
+    sh = SharedProjection(rank=r, solver=method).fit(X, Yp, Yn)
+    du = DualProjection(rank=r, solver=method).fit(X, Yp, Yn)
     np.testing.assert_allclose(sh.moment_, C, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(sh.operator_, naive_shared_truncate(C, r), atol=1e-9)
     np.testing.assert_allclose(du.operator_, naive_dual_truncate(C, r), atol=1e-9)
@@ -127,14 +128,14 @@ def test_transform_and_score_are_consistent(Est):
     est = Est(rank=3).fit(X, Yp, Yn)
     rng = np.random.default_rng(0)
     Q, Dc = rng.standard_normal((9, 7)), rng.standard_normal((11, 7))
-    S = est.score(Q, Dc)
+    S = est.similarity(Q, Dc)
     assert S.shape == (9, 11)
     np.testing.assert_allclose(est.transform_queries(Q) @ est.transform_documents(Dc).T, S, atol=1e-12)
     np.testing.assert_allclose(S, Q @ est.operator_ @ Dc.T, atol=1e-12)
     with pytest.raises(ValueError, match="features"):
         est.transform_queries(rng.standard_normal((2, 6)))
     with pytest.raises(ValueError, match="features"):
-        est.score(Q, rng.standard_normal((2, 8)))
+        est.similarity(Q, rng.standard_normal((2, 8)))
 
 
 def test_float16_inputs_accumulate_in_float64():
@@ -216,7 +217,7 @@ def _hand_sure(X, Yp, Yn, r, sigma):
 @pytest.mark.parametrize("sigma", [0.3, 3.0, None])
 def test_geometry_selector_sure_matches_hand_computation(sigma):
     X, Yp, Yn = _triples(11, n=300, p=6, asym=0.4)
-    sel = GeometrySelector(rank=2, method="sure", sigma=sigma).fit(X, Yp, Yn)
+    sel = GeometrySelector(rank=2, selector="sure", sigma=sigma).fit(X, Yp, Yn)
     if sigma is None:
         W = X[:, :, None] * (Yp - Yn)[:, None, :]  # per-triple moments W_i = x_i d_i^T
         sigma_hand = float(np.sqrt(np.var(W, axis=0, ddof=1).mean()))
@@ -233,34 +234,34 @@ def test_geometry_selector_sure_matches_hand_computation(sigma):
 
 def test_geometry_selector_sure_choice_flips_with_sigma():
     X, Yp, Yn = _triples(11, n=300, p=6, asym=0.4)
-    assert GeometrySelector(rank=2, method="sure", sigma=0.01).fit(X, Yp, Yn).choice_ == "dual"
-    assert GeometrySelector(rank=2, method="sure", sigma=100.0).fit(X, Yp, Yn).choice_ == "shared"
+    assert GeometrySelector(rank=2, selector="sure", sigma=0.01).fit(X, Yp, Yn).choice_ == "dual"
+    assert GeometrySelector(rank=2, selector="sure", sigma=100.0).fit(X, Yp, Yn).choice_ == "shared"
 
 
 def test_geometry_selector_sure_needs_positive_eigenvalues():
     rng = np.random.default_rng(12)
     X = rng.standard_normal((100, 4))
     with pytest.raises(ValueError, match="rank"):
-        GeometrySelector(rank=2, method="sure", sigma=1.0).fit(X, -X, np.zeros_like(X))
+        GeometrySelector(rank=2, selector="sure", sigma=1.0).fit(X, -X, np.zeros_like(X))
 
 
 def test_geometry_selector_sure_zero_variance_data():
     X = np.ones((10, 3))
     Z = np.zeros((10, 3))
     with pytest.raises(ValueError, match="sigma"):
-        GeometrySelector(rank=1, method="sure").fit(X, Z + 1.0, Z)
+        GeometrySelector(rank=1, selector="sure").fit(X, Z + 1.0, Z)
 
 
-def test_geometry_selector_bad_method():
+def test_geometry_selector_bad_selector():
     X, Yp, Yn = _triples(13, n=20, p=4)
-    with pytest.raises(ValueError, match="method"):
-        GeometrySelector(rank=2, method="magic").fit(X, Yp, Yn)
+    with pytest.raises(ValueError, match="selector"):
+        GeometrySelector(rank=2, selector="magic").fit(X, Yp, Yn)
 
 
 def test_sure_kernel_consistent_with_selector():
     """The selector's SureResult is what sure_select returns on the same Z and U."""
     X, Yp, Yn = _triples(14, n=200, p=5)
-    sel = GeometrySelector(rank=2, method="sure", sigma=1.0).fit(X, Yp, Yn)
+    sel = GeometrySelector(rank=2, selector="sure", sigma=1.0).fit(X, Yp, Yn)
     C = naive_moment(X, Yp, Yn)
     w, Q = np.linalg.eigh((C + C.T) / 2)
     U = Q[:, ::-1][:, :2]
@@ -280,3 +281,53 @@ def test_fit_refuses_zero_moment(cls):
         cls(rank=2).fit(np.zeros((10, 5)), Y, rng.standard_normal((10, 5)))
     with pytest.raises(ValueError, match="positive equals the negative"):
         cls(rank=2).fit(rng.standard_normal((10, 5)), Y, Y)
+
+
+# ------------------------------------------------------------------ 0.2 renames, deprecated one release
+def _small_triples(seed=0, n=60, p=6):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, p))
+    return X, X @ rng.standard_normal((p, p)) + 0.1 * rng.standard_normal((n, p)), rng.standard_normal((n, p))
+
+
+@pytest.mark.parametrize("cls", [SharedProjection, DualProjection])
+def test_method_keyword_is_a_deprecated_alias_of_solver(cls):
+    X, Yp, Yn = _small_triples()
+    new = cls(rank=2, solver="dense").fit(X, Yp, Yn)
+    old = cls(rank=2, method="dense")
+    assert old.get_params()["method"] == "dense"  # stored unchanged (scikit-learn contract)
+    with pytest.warns(DeprecationWarning, match="method= is renamed to solver="):
+        old.fit(X, Yp, Yn)
+    np.testing.assert_array_equal(old.operator_, new.operator_)
+    with pytest.raises(TypeError, match="both method= .* and solver="):
+        cls(rank=2, solver="dense", method="krylov").fit(X, Yp, Yn)
+
+
+def test_selector_method_keyword_is_deprecated():
+    X, Yp, Yn = _small_triples()
+    new = GeometrySelector(rank=2, selector="sure", sigma=1.0).fit(X, Yp, Yn)
+    with pytest.warns(DeprecationWarning, match="method= is renamed to selector="):
+        old = GeometrySelector(rank=2, method="sure", sigma=1.0).fit(X, Yp, Yn)
+    assert old.choice_ == new.choice_ and old.score_ == new.score_
+    with pytest.raises(ValueError, match="method: expected 'cars' or 'sure'"), pytest.warns(DeprecationWarning):
+        GeometrySelector(rank=2, method="magic").fit(X, Yp, Yn)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SharedProjection(rank=2), lambda: DualProjection(rank=2),
+    lambda: GeometrySelector(rank=2, n_splits=4),
+])
+def test_score_is_a_deprecated_alias_of_similarity(make):
+    X, Yp, Yn = _small_triples()
+    est = make().fit(X, Yp, Yn)
+    expected = X @ est.operator_ @ Yp.T  # the bilinear form, computed here
+    np.testing.assert_allclose(est.similarity(X, Yp), expected, rtol=1e-12, atol=1e-12)
+    with pytest.warns(DeprecationWarning, match=r"score\(X, Y\) is renamed to similarity\(X, Y\)"):
+        np.testing.assert_array_equal(est.score(X, Yp), est.similarity(X, Yp))
+
+
+def test_old_estimate_moment_noise_import_still_works():
+    from asymgeo.estimators import estimate_moment_noise as old
+    from asymgeo.theory import estimate_moment_noise as new
+
+    assert old is new

@@ -160,8 +160,8 @@ def test_property_gap_terms_match_numpy_and_gap_nonnegative(case):
         gap.skew_energy + gap.negative_energy + gap.discarded_energy, rel=1e-12, abs=1e-14 * scale
     )
     # The closed-form errors are attained by the truncations themselves.
-    assert fro2(M - shared_truncate(M, r, method="dense")) == pytest.approx(gap.shared_error, rel=1e-8, abs=1e-12 * scale)
-    assert fro2(M - dual_truncate(M, r, method="dense")) == pytest.approx(gap.dual_error, rel=1e-8, abs=1e-12 * scale)
+    assert fro2(M - shared_truncate(M, r, solver="dense")) == pytest.approx(gap.shared_error, rel=1e-8, abs=1e-12 * scale)
+    assert fro2(M - dual_truncate(M, r, solver="dense")) == pytest.approx(gap.dual_error, rel=1e-8, abs=1e-12 * scale)
 
 
 @PROPERTY_SETTINGS
@@ -235,19 +235,19 @@ def test_truncations_all_solvers_match_full_decompositions(method, p, r):
     U = random_orthonormal(rng, p, p)
     V = random_orthonormal(rng, p, p)
     M = (U * 0.8 ** np.arange(p)) @ V.T + 0.3 * rng.standard_normal((p, p)) / np.sqrt(p)
-    np.testing.assert_allclose(dual_truncate(M, r, method=method), naive_dual_truncate(M, r), atol=1e-9)
-    np.testing.assert_allclose(shared_truncate(M, r, method=method), naive_shared_truncate(M, r), atol=1e-9)
-    A, B = dual_factors(M, r, method=method)
+    np.testing.assert_allclose(dual_truncate(M, r, solver=method), naive_dual_truncate(M, r), atol=1e-9)
+    np.testing.assert_allclose(shared_truncate(M, r, solver=method), naive_shared_truncate(M, r), atol=1e-9)
+    A, B = dual_factors(M, r, solver=method)
     assert A.shape == B.shape == (r, p)
     np.testing.assert_allclose(A.T @ B, naive_dual_truncate(M, r), atol=1e-9)
     # Balanced factorisation: A A^T = B B^T = diag(sigma_1..r).
     sig = np.linalg.svd(M, compute_uv=False)[:r]
     np.testing.assert_allclose(A @ A.T, np.diag(sig), atol=1e-9)
     np.testing.assert_allclose(B @ B.T, np.diag(sig), atol=1e-9)
-    P = shared_factors(M, r, method=method)
+    P = shared_factors(M, r, solver=method)
     np.testing.assert_allclose(P.T @ P, naive_shared_truncate(M, r), atol=1e-9)
     expected = fro2(naive_dual_truncate(M, r) - naive_shared_truncate(M, r))
-    assert psd_distance(M, r, method=method) == pytest.approx(expected, rel=1e-8)
+    assert psd_distance(M, r, solver=method) == pytest.approx(expected, rel=1e-8)
 
 
 def test_family_inclusion_minus_e1e1_is_dual_not_shared():
@@ -430,3 +430,15 @@ def test_pi_A_norm_block_formula(p, r):
     # And for an arbitrary Z the reference formula agrees.
     Z = rng.standard_normal((p, p))
     assert fro2(Pi_A(Z)) == pytest.approx(naive_pi_A_norm2(Z, U), rel=1e-10)
+
+
+@pytest.mark.parametrize("fn", ["dual_truncate", "shared_truncate", "dual_factors", "shared_factors", "psd_distance"])
+def test_method_keyword_is_a_deprecated_alias_of_solver(fn):
+    import asymgeo
+
+    M = np.random.default_rng(3).standard_normal((6, 6))
+    f = getattr(asymgeo, fn)
+    with pytest.warns(DeprecationWarning, match=f"{fn}: method= is renamed to solver=") as rec:
+        old = f(M, 2, method="dense")
+    assert rec[0].filename == __file__  # the warning points at the caller
+    np.testing.assert_equal(old, f(M, 2, solver="dense"))

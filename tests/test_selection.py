@@ -12,7 +12,7 @@ import pytest
 
 from asymgeo import cars_score, half_splits, selector_projection
 from asymgeo.selection import MIN_CARS_TRIPLES, residual_factors
-from reference_impl import naive_cars_score, naive_moment, naive_residual, random_orthonormal
+from reference_impl import naive_cars_score, naive_moment, naive_residual
 
 
 def _triples(rng, n, p, asym=0.8, noise=1.0):
@@ -53,7 +53,7 @@ def test_cars_matches_naive_with_explicit_splits(method, n, p, r):
     rng = np.random.default_rng(n * 1000 + p * 10 + r)
     X, Yp, Yn = _triples(rng, n, p)
     splits = _random_splits(rng, n, 6)
-    res = cars_score(X, Yp, Yn, r, splits=splits, method=method)
+    res = cars_score(X, Yp, Yn, r, splits=splits, solver=method)
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
     assert res.n == n and res.rank == r and res.n_splits == 6
     np.testing.assert_allclose(res.terms, res.agreement - res.disagreement / 4)
@@ -68,7 +68,7 @@ def test_cars_non_complementary_splits(method):
     X, Yp, Yn = _triples(rng, n, p)
     splits = _random_splits(rng, n, 4, complement=False)
     splits.append((np.arange(0, 10), np.arange(40, 61)))  # unequal sizes
-    res = cars_score(X, Yp, Yn, r, splits=splits, method=method)
+    res = cars_score(X, Yp, Yn, r, splits=splits, solver=method)
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
 
 
@@ -163,7 +163,7 @@ def test_cars_choice_tie_goes_to_shared():
     X = np.repeat(np.diag([3.0, 2.0, 1.0]), 4, axis=0)
     D = np.repeat(np.eye(3), 4, axis=0)
     for method in ("dense", "auto"):
-        res = cars_score(X, D, np.zeros_like(D), 2, n_splits=5, seed=0, method=method)
+        res = cars_score(X, D, np.zeros_like(D), 2, n_splits=5, seed=0, solver=method)
         assert res.score == 0.0
         assert res.choice == "shared"
 
@@ -282,3 +282,11 @@ def test_cars_threads_give_identical_result():
     np.testing.assert_array_equal(again.terms, par.terms)  # deterministic for fixed n_jobs
     with pytest.raises(ValueError, match="n_jobs"):
         cars_score(X, Yp, Yn, r, n_splits=2, seed=3, n_jobs=0)
+
+
+def test_cars_method_keyword_is_a_deprecated_alias_of_solver(rng):
+    X, Yp, Yn = _triples(rng, 40, 6)
+    new = cars_score(X, Yp, Yn, 2, n_splits=3, seed=1, solver="dense")
+    with pytest.warns(DeprecationWarning, match="cars_score: method= is renamed to solver="):
+        old = cars_score(X, Yp, Yn, 2, n_splits=3, seed=1, method="dense")
+    assert old.score == new.score

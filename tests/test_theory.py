@@ -179,17 +179,17 @@ def test_sure_regret_monte_carlo(ratio):
     wrong = pick_dual if gap < 0 else ~pick_dual
     regret = np.abs(gap) * wrong
     se = regret.std(ddof=1) / np.sqrt(draws)
-    expected = sure_regret(delta2, sigma ** 2, k)
+    expected = sure_regret(k, delta2, sigma ** 2)
     assert abs(regret.mean() - expected) < 4 * se + 1e-12
 
 
 def test_sure_regret_zero_at_boundary_and_vectorised():
     k, s2 = 6, 0.5
-    assert sure_regret(s2 * k, s2, k) == 0.0
+    assert sure_regret(k, s2 * k, s2) == 0.0
     d2 = np.array([0.0, 1.0, 3.0, 10.0])
-    out = sure_regret(d2, s2, k)
+    out = sure_regret(k, d2, s2)
     for d, o in zip(d2, out):
-        assert o == pytest.approx(sure_regret(float(d), s2, k))
+        assert o == pytest.approx(sure_regret(k, float(d), s2))
     # delta = 0: regret = sigma^2 k * Pr(select dual).
     assert out[0] == pytest.approx(s2 * k * sure_select_probability(k, 0.0))
 
@@ -201,7 +201,7 @@ def test_sure_select_matches_hand_computed_risks():
     U = random_orthonormal(rng, p, r)
     P = U @ U.T
     n_dual = 0
-    for i in range(200):
+    for _ in range(200):
         H = direction_with_delta(U, rng, rng.uniform(0, 3 * sigma ** 2 * k))
         Z = H + sigma * own_pi_td(rng.standard_normal((p, p)), U)
         Zs = (Z + Z.T) / 2
@@ -389,3 +389,15 @@ def test_inverse_sqrt_psd_against_scipy_sqrtm():
     W = inverse_sqrt_psd(S)
     np.testing.assert_allclose(W, np.linalg.inv(np.real(sla.sqrtm(S))), atol=1e-10)
     np.testing.assert_allclose(W @ S @ W, np.eye(5), atol=1e-10)
+
+
+def test_sure_regret_old_argument_order_is_deprecated():
+    k, s2 = 6, 0.5
+    d2 = np.array([0.0, 1.0, 3.0, 9.0])
+    new = sure_regret(k, d2, s2)
+    with pytest.warns(DeprecationWarning, match=r"now sure_regret\(k, delta2, sigma2\)"):
+        old = sure_regret(d2, s2, k)
+    np.testing.assert_array_equal(old, new)
+    with pytest.warns(DeprecationWarning):
+        assert sure_regret(2.0, 0.5, k) == sure_regret(k, 2.0, 0.5)
+    assert sure_regret(k=k, delta2=2.0, sigma2=0.5) == sure_regret(k, 2.0, 0.5)

@@ -157,7 +157,7 @@ def test_sure_bad_k(k):
     with pytest.raises(ValueError, match="k: expected a positive integer"):
         sure_select_probability(k, 1.0)
     with pytest.raises(ValueError, match="k: expected a positive integer"):
-        sure_regret(1.0, 1.0, k)
+        sure_regret(k, 1.0, 1.0)
 
 
 @pytest.mark.parametrize("lam", [-1.0, np.nan, np.inf, [1.0, -0.5]])
@@ -165,13 +165,13 @@ def test_sure_bad_lambda_and_delta(lam):
     with pytest.raises(ValueError, match="lam: expected finite values >= 0"):
         sure_select_probability(3, lam)
     with pytest.raises(ValueError, match="delta2: expected finite values >= 0"):
-        sure_regret(lam, 1.0, 3)
+        sure_regret(3, lam, 1.0)
 
 
 @pytest.mark.parametrize("s2", [0.0, -1.0, np.nan])
 def test_sure_regret_bad_sigma2(s2):
     with pytest.raises(ValueError, match="sigma2: expected a finite number > 0"):
-        sure_regret(1.0, s2, 3)
+        sure_regret(3, 1.0, s2)
 
 
 def test_optimal_separation_bad_covariances():
@@ -275,7 +275,7 @@ def test_estimator_bad_transform_input(Est):
     with pytest.raises(ValueError, match="Y: has 5 features per row"):
         est.transform_documents(np.ones((2, 5)))
     with pytest.raises(ValueError, match="Y: contains NaN"):
-        est.score(np.ones((2, 4)), _with(np.nan, arr=np.ones((2, 4))))
+        est.similarity(np.ones((2, 4)), _with(np.nan, arr=np.ones((2, 4))))
 
 
 def test_geometry_selector_cars_needs_four_triples():
@@ -286,7 +286,7 @@ def test_geometry_selector_cars_needs_four_triples():
 def test_geometry_selector_sure_zero_variance_names_sigma():
     X = np.ones((10, 4))
     with pytest.raises(ValueError, match="sigma: the moment has zero estimated noise"):
-        GeometrySelector(rank=1, method="sure").fit(X, X, np.zeros_like(X))
+        GeometrySelector(rank=1, selector="sure").fit(X, X, np.zeros_like(X))
 
 
 # --------------------------------------------------------------------------- simulation
@@ -361,3 +361,59 @@ def test_zero_variance_triples_refused(X, Yp, Yn, pattern):
         cars_score(X, Yp, Yn, 1)
     with pytest.raises(ValueError, match=pattern):
         GeometrySelector(rank=1).fit(X, Yp, Yn)
+
+
+# ------------------------------------------------------------------ check_int
+from asymgeo._validation import check_int  # noqa: E402
+
+
+@pytest.mark.parametrize("value, kwargs, expected", [
+    (3, {}, 3),
+    (np.int64(5), {}, 5),
+    (0, {"min_value": 0}, 0),
+    (8, {"max_value": 8}, 8),
+    (-4, {"min_value": None}, -4),
+])
+def test_check_int_accepts(value, kwargs, expected):
+    out = check_int(value, "n", **kwargs)
+    assert out == expected and type(out) is int
+
+
+@pytest.mark.parametrize("value, kwargs, exc, match", [
+    (0, {}, ValueError, "n: expected a positive integer, got 0"),
+    (True, {}, ValueError, "n: expected a positive integer, got True"),
+    (2.0, {}, ValueError, "n: expected a positive integer, got 2.0"),
+    ("3", {}, ValueError, "n: expected a positive integer, got '3'"),
+    (-1, {"min_value": 0}, ValueError, "n: expected a non-negative integer, got -1"),
+    (1, {"min_value": 2}, ValueError, "n: expected an integer >= 2, got 1"),
+    (9, {"max_value": 8, "max_label": "p=8"}, ValueError, r"n: expected an integer in \[1, p=8\], got 9"),
+    (2.5, {"type_error": True}, TypeError, "n: expected an integer, got float 2.5"),
+    (False, {"type_error": True}, TypeError, "n: expected an integer, got bool False"),
+    (0, {"note": " (dual-only directions)"}, ValueError, r"positive integer \(dual-only directions\), got 0"),
+])
+def test_check_int_refuses(value, kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        check_int(value, "n", **kwargs)
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(value=st.integers(-10**6, 10**6), lo=st.integers(-5, 5), span=st.integers(0, 10))
+def test_check_int_property_range(value, lo, span):
+    hi = lo + span
+    if lo <= value <= hi:
+        assert check_int(value, "v", min_value=lo, max_value=hi) == value
+        assert check_int(np.int32(value) if abs(value) < 2**31 else value, "v", min_value=lo, max_value=hi) == value
+    else:
+        with pytest.raises(ValueError, match=r"^v: expected an integer in \["):
+            check_int(value, "v", min_value=lo, max_value=hi)
+
+
+@given(value=st.floats(allow_nan=True) | st.booleans() | st.text(max_size=3) | st.none())
+def test_check_int_property_refuses_non_integers(value):
+    with pytest.raises(ValueError, match="^x: expected a positive integer"):
+        check_int(value, "x")
+    with pytest.raises(TypeError, match="^x: expected an integer, got"):
+        check_int(value, "x", type_error=True)

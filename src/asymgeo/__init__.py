@@ -1,115 +1,146 @@
-"""asymgeo: when does dense retrieval need asymmetric geometry?
+"""asymgeo: when does dense retrieval need asymmetric geometry? Shared or dual projections.
 
 Low-level kernels (pure functions on arrays) are re-exported here together with the
-estimators.  Convention: queries and documents are rows; an operator ``M`` scores
-``x^T M y`` (score matrix ``X @ M @ Y.T``).
+estimators, search, metrics and data loaders.  Convention: queries and documents are
+rows; an operator ``M`` scores ``x^T M y`` (score matrix ``X @ M @ Y.T``).
+
+The names are imported on first use (PEP 562 module ``__getattr__``), so
+``import asymgeo`` and the command line start fast; ``from asymgeo import X`` and
+``asymgeo.X`` work as for eager imports.
 """
 
-from ._version import __version__
-from .geometry import (
-    ApproximationGap,
-    TangentProjectors,
-    approximation_gap,
-    dual_factors,
-    dual_truncate,
-    psd_distance,
-    relevance_moment,
-    shared_factors,
-    shared_truncate,
-    skew,
-    sym,
-    tangent_dims,
-    tangent_projectors,
-)
-from .compare import PairedComparison, paired_comparison
-from .estimators import DualProjection, GeometrySelector, SharedProjection
-from .selection import CarsResult, cars_score, half_splits, selector_projection
-from .search import AdapterIndex, SearchResult, exact_search, transform_index
-from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
-from .simulation import TwoViewModel, candidate_ndcg, two_view_model
-from .data import (
-    BeirDataset,
-    EmbeddingCache,
-    Triples,
-    adaptation_split,
-    encode_dataset,
-    load_beir,
-    load_embeddings,
-    load_triples,
-    nested_subsets,
-    query_folds,
-    split_queries,
-)
-from .theory import (
-    LocalRisks,
-    OptimalSeparation,
-    SureResult,
-    local_risks,
-    optimal_separation,
-    sure_regret,
-    sure_select,
-    sure_select_probability,
-)
+from __future__ import annotations
 
-__all__ = [
-    "__version__",
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+
+#: public name -> submodule that defines it
+_EXPORTS: dict[str, str] = {
     # geometry kernels
-    "relevance_moment",
-    "sym",
-    "skew",
-    "dual_truncate",
-    "shared_truncate",
-    "dual_factors",
-    "shared_factors",
-    "psd_distance",
-    "approximation_gap",
-    "ApproximationGap",
-    "tangent_dims",
-    "tangent_projectors",
-    "TangentProjectors",
+    "relevance_moment": "geometry",
+    "sym": "geometry",
+    "skew": "geometry",
+    "dual_truncate": "geometry",
+    "shared_truncate": "geometry",
+    "dual_factors": "geometry",
+    "shared_factors": "geometry",
+    "psd_distance": "geometry",
+    "approximation_gap": "geometry",
+    "ApproximationGap": "geometry",
+    "tangent_dims": "geometry",
+    "tangent_projectors": "geometry",
+    "TangentProjectors": "geometry",
     # theory kernels
-    "local_risks",
-    "LocalRisks",
-    "sure_select_probability",
-    "sure_regret",
-    "sure_select",
-    "SureResult",
-    "optimal_separation",
-    "OptimalSeparation",
+    "local_risks": "theory",
+    "LocalRisks": "theory",
+    "sure_select_probability": "theory",
+    "sure_regret": "theory",
+    "sure_select": "theory",
+    "sure_statistic": "theory",
+    "estimate_moment_noise": "theory",
+    "SureResult": "theory",
+    "optimal_separation": "theory",
+    "OptimalSeparation": "theory",
     # estimators
-    "SharedProjection",
-    "DualProjection",
-    "GeometrySelector",
+    "SharedProjection": "estimators",
+    "DualProjection": "estimators",
+    "GeometrySelector": "estimators",
     # simulation
-    "two_view_model",
-    "TwoViewModel",
-    "candidate_ndcg",
+    "two_view_model": "simulation",
+    "TwoViewModel": "simulation",
+    "candidate_ndcg": "simulation",
     # selection
-    "cars_score",
-    "CarsResult",
-    "half_splits",
-    "selector_projection",
+    "cars_score": "selection",
+    "CarsResult": "selection",
+    "half_splits": "selection",
+    "selector_projection": "selection",
     # retrieval: exact search and metrics
-    "exact_search",
-    "SearchResult",
-    "AdapterIndex",
-    "transform_index",
-    "evaluate_run",
-    "evaluate_indices",
-    "RelevanceTable",
-    "EvalResult",
-    "paired_comparison",
-    "PairedComparison",
+    "exact_search": "search",
+    "SearchResult": "search",
+    "AdapterIndex": "search",
+    "transform_index": "search",
+    "evaluate_run": "metrics",
+    "evaluate_indices": "metrics",
+    "RelevanceTable": "metrics",
+    "EvalResult": "metrics",
+    "paired_comparison": "compare",
+    "PairedComparison": "compare",
     # data: BEIR datasets, embedding cache, splits, triples
-    "load_beir",
-    "BeirDataset",
-    "load_embeddings",
-    "EmbeddingCache",
-    "encode_dataset",
-    "adaptation_split",
-    "split_queries",
-    "query_folds",
-    "nested_subsets",
-    "load_triples",
-    "Triples",
-]
+    "load_beir": "data",
+    "BeirDataset": "data",
+    "load_embeddings": "data",
+    "EmbeddingCache": "data",
+    "encode_dataset": "data",
+    "adaptation_split": "data",
+    "split_queries": "data",
+    "query_folds": "data",
+    "nested_subsets": "data",
+    "load_triples": "data",
+    "Triples": "data",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'asymgeo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
+    from .compare import PairedComparison, paired_comparison
+    from .data import (
+        BeirDataset,
+        EmbeddingCache,
+        Triples,
+        adaptation_split,
+        encode_dataset,
+        load_beir,
+        load_embeddings,
+        load_triples,
+        nested_subsets,
+        query_folds,
+        split_queries,
+    )
+    from .estimators import DualProjection, GeometrySelector, SharedProjection
+    from .geometry import (
+        ApproximationGap,
+        TangentProjectors,
+        approximation_gap,
+        dual_factors,
+        dual_truncate,
+        psd_distance,
+        relevance_moment,
+        shared_factors,
+        shared_truncate,
+        skew,
+        sym,
+        tangent_dims,
+        tangent_projectors,
+    )
+    from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
+    from .search import AdapterIndex, SearchResult, exact_search, transform_index
+    from .selection import CarsResult, cars_score, half_splits, selector_projection
+    from .simulation import TwoViewModel, candidate_ndcg, two_view_model
+    from .theory import (
+        LocalRisks,
+        OptimalSeparation,
+        SureResult,
+        estimate_moment_noise,
+        local_risks,
+        optimal_separation,
+        sure_regret,
+        sure_select,
+        sure_select_probability,
+        sure_statistic,
+    )

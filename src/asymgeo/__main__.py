@@ -1,3 +1,5 @@
+"""``python -m asymgeo``: the command line (:mod:`asymgeo.cli`)."""
+
 import sys
 
 from .cli import main

@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["atomic_path", "atomic_write_text", "atomic_write_bytes"]
 

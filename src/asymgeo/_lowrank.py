@@ -12,7 +12,7 @@ path never returns an unconverged truncation.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

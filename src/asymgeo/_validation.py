@@ -14,6 +14,7 @@ import numpy as np
 
 __all__ = [
     "as_float_matrix",
+    "check_int",
     "check_rank",
     "check_same_shape",
     "check_square",
@@ -81,11 +82,64 @@ def check_same_shape(arrays: dict[str, np.ndarray]) -> None:
             )
 
 
+def _int_range_words(min_value: int | None, max_value: int | None, max_label: str | None) -> str:
+    if max_value is not None:
+        return f"an integer in [{min_value}, {max_label or max_value}]"
+    if min_value == 1:
+        return "a positive integer"
+    if min_value == 0:
+        return "a non-negative integer"
+    if min_value is None:
+        return "an integer"
+    return f"an integer >= {min_value}"
+
+
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    min_value: int | None = 1,
+    max_value: int | None = None,
+    max_label: str | None = None,
+    type_error: bool = False,
+    note: str = "",
+) -> int:
+    """Return ``value`` as a Python int in ``[min_value, max_value]``, or raise.
+
+    Accepts Python and numpy integers, never ``bool`` (``True`` is not a count) and
+    never floats (``2.0`` is refused, not rounded).  The message names the argument:
+    ``"k: expected a positive integer, got 0"``.
+
+    Parameters
+    ----------
+    value : the candidate.
+    name : the argument's name, first word of the message.
+    min_value, max_value : inclusive bounds (None: unbounded).
+    max_label : how the message writes the upper bound (``"p=8"``).
+    type_error : raise :class:`TypeError` (``"expected an integer, got float 2.0"``)
+        instead of :class:`ValueError` when ``value`` is not an integer at all.
+    note : appended to the expected range in the message (``" (number of ...)"``).
+
+    Raises
+    ------
+    ValueError
+        Out of range, or not an integer (unless ``type_error``).
+    TypeError
+        Not an integer, with ``type_error=True``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if type_error:
+            raise TypeError(f"{name}: expected an integer, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{name}: expected {_int_range_words(min_value, max_value, max_label)}{note}, got {value!r}")
+    out = int(value)
+    if (min_value is not None and out < min_value) or (max_value is not None and out > max_value):
+        raise ValueError(f"{name}: expected {_int_range_words(min_value, max_value, max_label)}{note}, got {value!r}")
+    return out
+
+
 def check_rank(rank: Any, p: int, name: str = "rank") -> int:
     """Return ``rank`` as an int in ``[1, p]`` or raise."""
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
-        raise TypeError(f"{name}: expected an integer, got {type(rank).__name__} {rank!r}")
-    rank = int(rank)
+    rank = check_int(rank, name, min_value=None, type_error=True)
     if rank < 1 or rank > p:
         raise ValueError(f"{name}: expected 1 <= {name} <= p = {p}, got {rank}")
     return rank

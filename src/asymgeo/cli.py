@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from ._runtime import json_default
 from ._version import __version__
 
 _EPILOG_TEMPLATE = "example:\n  {example}"
@@ -41,18 +42,8 @@ def _subparser(sub: argparse._SubParsersAction, name: str, help_text: str, examp
 
 
 def _print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=json_default)
     sys.stdout.write("\n")
-
-
-def _json_default(o):
-    import numpy as np
-
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (np.floating, np.integer)):
-        return o.item()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 # --------------------------------------------------------------------------- demo
@@ -75,7 +66,7 @@ def _add_demo(sub):
 
 
 def _run_demo(args) -> int:
-    from .experiments.demo import run_demo, format_demo
+    from .experiments.demo import format_demo, run_demo
 
     result = run_demo(angle=args.angle, rank=args.rank, sizes=args.n, seed=args.seed, n_test=args.n_test)
     if args.json:
@@ -199,7 +190,7 @@ def _run_reproduce(args) -> int:
     if args.name == "report":
         print(f"wrote {out}")
         return 0
-    for r in out:
+    for r in out:  # type: ignore[union-attr]  # a list of SweepResult unless name == "report"
         print(f"{r.name}: {r.n_run} cells run, {r.n_skipped} already done, {r.n_total} total, "
               f"{r.wall_seconds:.1f} s -> {r.table}")
     return 0

@@ -12,8 +12,9 @@ and ``t = ±inf, p = 0`` otherwise.  (scipy returns NaN for both.)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,8 @@ __all__ = ["PairedComparison", "paired_comparison"]
 
 @dataclass(frozen=True)
 class PairedComparison:
+    """Outcome of :func:`paired_comparison`: the paired mean difference ``a - b``, its t-test and bootstrap CI."""
+
     n: int
     mean_a: float
     mean_b: float
@@ -62,7 +65,8 @@ def _align(a: Any, b: Any, names: tuple[str, str]) -> tuple[np.ndarray, np.ndarr
         if arr.size < 2:
             raise ValueError(f"{nm}: need at least 2 paired queries, got {arr.size}")
         if not np.isfinite(arr).all():
-            raise ValueError(f"{nm}: contains NaN or infinite values (first at {int(np.flatnonzero(~np.isfinite(arr))[0])})")
+            first = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ValueError(f"{nm}: contains NaN or infinite values (first at {first})")
     if x.shape != y.shape:
         raise ValueError(f"{names[1]}: {y.size} queries, but {names[0]} has {x.size}")
     return x, y

@@ -6,7 +6,10 @@ attributes end in ``_``.  ``get_params``/``set_params`` follow scikit-learn, so
 
 Every fitted projection exposes the same surface as the trained adapters:
 ``transform_queries(X) = X @ query_map_.T``, ``transform_documents(Y) = Y @ doc_map_.T``
-and ``score(X, Y) = X @ operator_ @ Y.T`` (queries rows, documents columns).
+and ``similarity(X, Y) = X @ operator_ @ Y.T`` (queries rows, documents columns).
+``score`` is a deprecated alias of ``similarity`` (scikit-learn's ``score`` means a
+goodness-of-fit number; removed in 0.3).  The SURE statistic used by
+``GeometrySelector(selector="sure")`` lives in :mod:`asymgeo.theory`.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from ._deprecation import renamed_argument, warn_deprecated
 from ._validation import as_float_matrix, check_rank, check_same_shape, check_triples_informative
-from .geometry import dual_factors, relevance_moment, shared_factors, sym
+from .geometry import dual_factors, relevance_moment, shared_factors
 from .selection import MIN_CARS_TRIPLES, CarsResult, cars_score
-from .theory import SureResult, sure_select
+from .theory import SureResult, estimate_moment_noise, sure_statistic
 
-__all__ = ["SharedProjection", "DualProjection", "GeometrySelector", "NotFittedError"]
+__all__ = ["SharedProjection", "DualProjection", "GeometrySelector", "NotFittedError", "estimate_moment_noise"]
 
 
 class NotFittedError(ValueError, AttributeError):
@@ -92,6 +96,9 @@ def _raw_moment(X, Y_pos, Y_neg) -> np.ndarray:
 class _Projection(_Params):
     """Shared surface of the fitted projections."""
 
+    solver: str
+    method: str | None
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "operator_"):
             raise NotFittedError(
@@ -116,9 +123,18 @@ class _Projection(_Params):
         """Project documents: ``Y @ doc_map_.T`` -> (m, rank)."""
         return self._check_input(Y, "Y") @ self.doc_map_.T
 
-    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        """Bilinear scores ``X @ operator_ @ Y.T`` -> (n, m)."""
+    def similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Bilinear scores ``X @ operator_ @ Y.T`` -> (n, m): queries rows, documents columns."""
         return self._check_input(X, "X") @ self.operator_ @ self._check_input(Y, "Y").T
+
+    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Deprecated alias of :meth:`similarity` (removed in 0.3)."""
+        warn_deprecated(f"{type(self).__name__}.score(X, Y) is renamed to similarity(X, Y)")
+        return self.similarity(X, Y)
+
+    def _solver(self) -> str:
+        return renamed_argument(type(self).__name__, "method", "solver", self.method, self.solver, "auto",
+                                stacklevel=5)
 
     def _set_fitted(self, C: np.ndarray, query_map: np.ndarray, doc_map: np.ndarray, n: int) -> None:
         self.moment_ = C
@@ -140,8 +156,9 @@ class SharedProjection(_Projection):
     ----------
     rank : int
         Rank r of the projection (1 <= r <= p).
-    method : {"auto", "dense", "krylov"}
+    solver : {"auto", "dense", "krylov"}
         Eigen-solver (see :func:`asymgeo.shared_truncate`).
+    method : deprecated alias of ``solver`` (removed in 0.3).
 
     Attributes
     ----------
@@ -154,16 +171,17 @@ class SharedProjection(_Projection):
 
     family = "shared"
 
-    def __init__(self, rank: int = 16, method: str = "auto"):
+    def __init__(self, rank: int = 16, solver: str = "auto", method: str | None = None):
         self.rank = rank
+        self.solver = solver
         self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "SharedProjection":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> SharedProjection:
         """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
         X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
         rank = check_rank(self.rank, X.shape[1])
         C = _moment(X, Y_pos, Y_neg)
-        P = shared_factors(C, rank, method=self.method)
+        P = shared_factors(C, rank, solver=self._solver())
         self._set_fitted(C, P, P, X.shape[0])
         return self
 
@@ -178,7 +196,8 @@ class DualProjection(_Projection):
     Parameters
     ----------
     rank : int
-    method : {"auto", "dense", "krylov"}
+    solver : {"auto", "dense", "krylov"}
+    method : deprecated alias of ``solver`` (removed in 0.3).
 
     Attributes
     ----------
@@ -190,35 +209,19 @@ class DualProjection(_Projection):
 
     family = "dual"
 
-    def __init__(self, rank: int = 16, method: str = "auto"):
+    def __init__(self, rank: int = 16, solver: str = "auto", method: str | None = None):
         self.rank = rank
+        self.solver = solver
         self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> "DualProjection":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray | None = None) -> DualProjection:
         """Fit from triples ``X, Y_pos, Y_neg`` (each (n, p)); ``Y_neg=None`` uses E[X Y+^T]."""
         X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
         rank = check_rank(self.rank, X.shape[1])
         C = _moment(X, Y_pos, Y_neg)
-        A, B = dual_factors(C, rank, method=self.method)
+        A, B = dual_factors(C, rank, solver=self._solver())
         self._set_fitted(C, A, B, X.shape[0])
         return self
-
-
-def estimate_moment_noise(X: np.ndarray, D: np.ndarray) -> float:
-    r"""Isotropic plug-in noise scale :math:`\sigma` of the relevance moment.
-
-    Per-triple moments :math:`W_i = X_i D_i^\top` have entrywise variances
-    :math:`v_{jk}`; the local Gaussian model of Section 3 takes
-    :math:`\widehat C \approx C + (\sigma/\sqrt n) G`, so
-    :math:`\widehat\sigma^2 = \mathrm{mean}_{jk}\, v_{jk}` (unbiased per entry).
-    """
-    n = X.shape[0]
-    if n < 2:
-        raise ValueError(f"X: need at least 2 triples to estimate the noise scale, got {n}")
-    mean_sq = (X * X).T @ (D * D) / n
-    mean = X.T @ D / n
-    var = (mean_sq - mean * mean) * n / (n - 1)
-    return float(np.sqrt(max(float(var.mean()), 0.0)))
 
 
 class GeometrySelector(_Params):
@@ -228,11 +231,12 @@ class GeometrySelector(_Params):
     ----------
     rank : int
         Rank r of both candidate families.
-    method : {"cars", "sure"}
+    selector : {"cars", "sure"}
         ``"cars"``: the cross-fitted selector of eq. (7) (no noise model needed).
-        ``"sure"``: the SURE rule of eq. (4) in the local Gaussian model, at
-        ``S = P_{s,r}(C)`` with ``Z = sqrt(n) Pi_{T_d}(C - S)`` and noise ``sigma``
-        (estimated by :func:`estimate_moment_noise` when ``sigma`` is None; the
+        ``"sure"``: the SURE rule of eq. (4) in the local Gaussian model
+        (:func:`asymgeo.theory.sure_statistic`), at ``S = P_{s,r}(C)`` with
+        ``Z = sqrt(n) Pi_{T_d}(C - S)`` and noise ``sigma`` (estimated by
+        :func:`~asymgeo.theory.estimate_moment_noise` when ``sigma`` is None; the
         isotropic plug-in is an approximation the paper's theorem does not cover).
     n_splits : int
         CARS half-splits L (paper: 20).
@@ -241,9 +245,10 @@ class GeometrySelector(_Params):
     selector_dim : int or None
         CARS random projection dimension (paper: 256), or None for none.
     sigma : float or None
-        Known noise scale for ``method="sure"``.
+        Known noise scale for ``selector="sure"``.
     solver : {"auto", "dense", "krylov"}
         Truncation solver.
+    method : deprecated alias of ``selector`` (removed in 0.3).
 
     Attributes
     ----------
@@ -258,63 +263,53 @@ class GeometrySelector(_Params):
     def __init__(
         self,
         rank: int = 16,
-        method: str = "cars",
+        selector: str = "cars",
         n_splits: int = 20,
         seed: int = 0,
         selector_dim: int | None = None,
         sigma: float | None = None,
         solver: str = "auto",
+        method: str | None = None,
     ):
         self.rank = rank
-        self.method = method
+        self.selector = selector
         self.n_splits = n_splits
         self.seed = seed
         self.selector_dim = selector_dim
         self.sigma = sigma
         self.solver = solver
+        self.method = method
 
-    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> "GeometrySelector":
+    def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> GeometrySelector:
         """Select the geometry on triples ``X, Y_pos, Y_neg`` and fit it on all of them."""
-        if self.method not in ("cars", "sure"):
-            raise ValueError(f"method: expected 'cars' or 'sure', got {self.method!r}")
-        X, Y_pos, Y_neg = _check_triples(X, Y_pos, Y_neg)
-        if Y_neg is None:  # pragma: no cover - signature requires it
+        selector = renamed_argument("GeometrySelector", "method", "selector", self.method, self.selector, "cars")
+        if selector not in ("cars", "sure"):
+            name = "method" if self.method is not None else "selector"
+            raise ValueError(f"{name}: expected 'cars' or 'sure', got {selector!r}")
+        X, Y_pos, Y_neg_checked = _check_triples(X, Y_pos, Y_neg)
+        if Y_neg_checked is None:  # pragma: no cover - signature requires it
             raise ValueError("Y_neg: required for geometry selection")
+        Y_neg = Y_neg_checked
         n, p = X.shape
         rank = check_rank(self.rank, p)
-        if self.method == "cars":
+        if selector == "cars":
             if n < MIN_CARS_TRIPLES:
                 raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
-            res: CarsResult | SureResult = cars_score(
+            cars = cars_score(
                 X, Y_pos, Y_neg, rank, n_splits=self.n_splits, seed=self.seed,
-                selector_dim=self.selector_dim, method=self.solver,
+                selector_dim=self.selector_dim, solver=self.solver,
             )
-            self.score_ = res.score
+            self.score_ = cars.score
+            res: CarsResult | SureResult = cars
         else:
             Xf = as_float_matrix(X, "X")
             D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
-            C = Xf.T @ D / n
-            sigma = self.sigma if self.sigma is not None else estimate_moment_noise(Xf, D)
-            if sigma <= 0:
-                raise ValueError("sigma: the moment has zero estimated noise; pass sigma explicitly")
-            from ._lowrank import top_eigen
-            from .geometry import tangent_projectors
-
-            eta, U = top_eigen(sym(C), rank, method=self.solver)
-            if np.any(eta <= 0):
-                raise ValueError(
-                    f"rank: the symmetric moment has only {int(np.sum(eta > 0))} positive eigenvalues, "
-                    f"fewer than rank = {rank}; SURE needs a rank-r PSD point"
-                )
-            S = (U * eta) @ U.T
-            Z = np.sqrt(n) * tangent_projectors(U).Pi_Td(C - S)
-            res = sure_select(Z, U, sigma)
-            self.sigma_ = sigma
+            res, self.sigma_ = sure_statistic(Xf, D, rank, sigma=self.sigma, solver=self.solver)
             self.score_ = res.risk_shared - res.risk_dual
         self.result_ = res
         self.choice_ = res.choice
         cls = DualProjection if res.choice == "dual" else SharedProjection
-        self.estimator_ = cls(rank=rank, method=self.solver).fit(X, Y_pos, Y_neg)
+        self.estimator_ = cls(rank=rank, solver=self.solver).fit(X, Y_pos, Y_neg)
         return self
 
     def _check_fitted(self):
@@ -322,16 +317,24 @@ class GeometrySelector(_Params):
             raise NotFittedError("This GeometrySelector instance is not fitted yet; call fit first.")
 
     def transform_queries(self, X: np.ndarray) -> np.ndarray:
+        """Project queries with the fitted geometry's query map -> (n, rank)."""
         self._check_fitted()
         return self.estimator_.transform_queries(X)
 
     def transform_documents(self, Y: np.ndarray) -> np.ndarray:
+        """Project documents with the fitted geometry's document map -> (m, rank)."""
         self._check_fitted()
         return self.estimator_.transform_documents(Y)
 
-    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    def similarity(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Bilinear scores of the fitted geometry, ``X @ operator_ @ Y.T`` -> (n, m)."""
         self._check_fitted()
-        return self.estimator_.score(X, Y)
+        return self.estimator_.similarity(X, Y)
+
+    def score(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """Deprecated alias of :meth:`similarity` (removed in 0.3)."""
+        warn_deprecated("GeometrySelector.score(X, Y) is renamed to similarity(X, Y)")
+        return self.similarity(X, Y)
 
     @property
     def operator_(self) -> np.ndarray:

@@ -8,7 +8,8 @@ inner product for the split's judged queries, then score the ranking.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

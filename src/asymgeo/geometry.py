@@ -15,14 +15,15 @@ All functions here are pure kernels on arrays (no I/O, no state).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import scipy.linalg as sla
 
+from ._deprecation import renamed_argument
 from ._lowrank import top_eigen, top_singular
-from ._validation import as_float_matrix, check_rank, check_same_shape, check_square
+from ._validation import as_float_matrix, check_int, check_rank, check_same_shape, check_square
 
 __all__ = [
     "relevance_moment",
@@ -95,16 +96,20 @@ def _check_operator(C: np.ndarray, name: str = "C") -> np.ndarray:
     return C
 
 
-def _dual_parts(C: np.ndarray, rank: int, method: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return top_singular(C, rank, method=method)
+def _solver(solver: str, method: str | None, owner: str) -> str:
+    return renamed_argument(owner, "method", "solver", method, solver, "auto", stacklevel=5)
 
 
-def _shared_parts(C: np.ndarray, rank: int, method: str) -> tuple[np.ndarray, np.ndarray]:
-    eta, U = top_eigen(sym(C), rank, method=method)
+def _dual_parts(C: np.ndarray, rank: int, solver: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return top_singular(C, rank, method=solver)
+
+
+def _shared_parts(C: np.ndarray, rank: int, solver: str) -> tuple[np.ndarray, np.ndarray]:
+    eta, U = top_eigen(sym(C), rank, method=solver)
     return np.maximum(eta, 0.0), U
 
 
-def dual_truncate(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndarray:
+def dual_truncate(C: np.ndarray, rank: int, *, solver: str = "auto", method: str | None = None) -> np.ndarray:
     r"""Rank-r SVD truncation: the Frobenius-nearest member of :math:`\mathcal M_d(r)`.
 
     .. math:: \mathcal P_{d,r}(C) = \sum_{j\le r} \sigma_j u_j v_j^\top
@@ -115,16 +120,17 @@ def dual_truncate(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndarr
     ----------
     C : (p, p) operator (e.g. a relevance moment)
     rank : int, 1 <= rank <= p
-    method : {"auto", "dense", "krylov"}
+    solver : {"auto", "dense", "krylov"}
         ``"auto"`` uses a certified block-Krylov solver when ``p >= 512`` and ``rank <= p/16``.
+    method : deprecated alias of ``solver`` (removed in 0.3).
     """
     C = _check_operator(C)
     rank = check_rank(rank, C.shape[0])
-    U, s, V = _dual_parts(C, rank, method)
+    U, s, V = _dual_parts(C, rank, _solver(solver, method, "dual_truncate"))
     return (U * s) @ V.T
 
 
-def shared_truncate(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndarray:
+def shared_truncate(C: np.ndarray, rank: int, *, solver: str = "auto", method: str | None = None) -> np.ndarray:
     r"""Positive eigen-truncation: the Frobenius-nearest member of :math:`\mathcal M_s(r)`.
 
     With :math:`\mathrm{sym}(C) = U\,\mathrm{diag}(\eta)\,U^\top`,
@@ -138,15 +144,18 @@ def shared_truncate(C: np.ndarray, rank: int, *, method: str = "auto") -> np.nda
     ----------
     C : (p, p) operator
     rank : int, 1 <= rank <= p
-    method : {"auto", "dense", "krylov"}
+    solver : {"auto", "dense", "krylov"}
+    method : deprecated alias of ``solver`` (removed in 0.3).
     """
     C = _check_operator(C)
     rank = check_rank(rank, C.shape[0])
-    eta, U = _shared_parts(C, rank, method)
+    eta, U = _shared_parts(C, rank, _solver(solver, method, "shared_truncate"))
     return (U * eta) @ U.T
 
 
-def dual_factors(C: np.ndarray, rank: int, *, method: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+def dual_factors(
+    C: np.ndarray, rank: int, *, solver: str = "auto", method: str | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     r"""Dual maps ``A, B`` (each (r, p)) with :math:`A^\top B = \mathcal P_{d,r}(C)`.
 
     :math:`A = \Sigma_r^{1/2} U_r^\top`, :math:`B = \Sigma_r^{1/2} V_r^\top`
@@ -154,12 +163,12 @@ def dual_factors(C: np.ndarray, rank: int, *, method: str = "auto") -> tuple[np.
     """
     C = _check_operator(C)
     rank = check_rank(rank, C.shape[0])
-    U, s, V = _dual_parts(C, rank, method)
+    U, s, V = _dual_parts(C, rank, _solver(solver, method, "dual_factors"))
     root = np.sqrt(np.maximum(s, 0.0))
     return (U * root).T.copy(), (V * root).T.copy()
 
 
-def shared_factors(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndarray:
+def shared_factors(C: np.ndarray, rank: int, *, solver: str = "auto", method: str | None = None) -> np.ndarray:
     r"""Shared map ``P`` (r, p) with :math:`P^\top P = \mathcal P_{s,r}(C)`.
 
     :math:`P = \mathrm{diag}(\sqrt{\eta^+_{J_r}})\,U_{J_r}^\top`; rows for
@@ -167,13 +176,13 @@ def shared_factors(C: np.ndarray, rank: int, *, method: str = "auto") -> np.ndar
     """
     C = _check_operator(C)
     rank = check_rank(rank, C.shape[0])
-    eta, U = _shared_parts(C, rank, method)
+    eta, U = _shared_parts(C, rank, _solver(solver, method, "shared_factors"))
     return (U * np.sqrt(eta)).T.copy()
 
 
 @dataclass(frozen=True)
 class ApproximationGap:
-    """Theorem 1 decomposition of the shared-minus-dual approximation error.
+    r"""Theorem 1 decomposition of the shared-minus-dual approximation error.
 
     Attributes
     ----------
@@ -247,7 +256,7 @@ def approximation_gap(M: np.ndarray, rank: int) -> ApproximationGap:
     )
 
 
-def psd_distance(M: np.ndarray, rank: int, *, method: str = "auto") -> float:
+def psd_distance(M: np.ndarray, rank: int, *, solver: str = "auto", method: str | None = None) -> float:
     r"""Squared distance between the dual and shared rank-r fits of ``M``.
 
     .. math:: G_{\rm PSD}(M, r) = \|\mathcal P_{d,r}(M) - \mathcal P_{s,r}(M)\|_F^2
@@ -259,7 +268,8 @@ def psd_distance(M: np.ndarray, rank: int, *, method: str = "auto") -> float:
     """
     M = _check_operator(M, "M")
     rank = check_rank(rank, M.shape[0])
-    V = dual_truncate(M, rank, method=method) - shared_truncate(M, rank, method=method)
+    solver = _solver(solver, method, "psd_distance")
+    V = dual_truncate(M, rank, solver=solver) - shared_truncate(M, rank, solver=solver)
     return float(np.sum(V * V))
 
 
@@ -271,10 +281,8 @@ def tangent_dims(p: int, rank: int) -> tuple[int, int, int]:
     (dim_Td, dim_Ts, k) with :math:`\dim T_d = 2pr - r^2`,
     :math:`\dim T_s = pr - r(r-1)/2` and :math:`k = r(2p-r-1)/2`.
     """
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"p: expected a positive integer, got {p!r}")
-    rank = check_rank(rank, int(p))
-    p = int(p)
+    p = check_int(p, "p")
+    rank = check_rank(rank, p)
     d_d = 2 * p * rank - rank * rank
     d_s = p * rank - rank * (rank - 1) // 2
     return d_d, d_s, d_d - d_s
@@ -282,7 +290,7 @@ def tangent_dims(p: int, rank: int) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class TangentProjectors:
-    """Frobenius-orthogonal projectors onto :math:`T_d`, :math:`T_s` and
+    r"""Frobenius-orthogonal projectors onto :math:`T_d`, :math:`T_s` and
     :math:`\\mathcal A = T_d \\cap T_s^\\perp` at ``S = U Lambda U^T`` (Appendix B.1).
 
     Each is a callable mapping a (p, p) matrix to a (p, p) matrix; the object also

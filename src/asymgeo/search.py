@@ -44,11 +44,14 @@ Backends
 
 from __future__ import annotations
 
-import numbers
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
+
+from ._runtime import available_cpus, limit_blas_threads
+from ._validation import check_int
 
 __all__ = [
     "SearchResult",
@@ -142,9 +145,7 @@ def available_backends() -> list[str]:
 
 # --------------------------------------------------------------------------- checks
 def _check_k(k: Any, n_docs: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k: expected an integer, got {type(k).__name__} {k!r}")
-    k = int(k)
+    k = check_int(k, "k", min_value=None, type_error=True)
     if k < 1:
         raise ValueError(f"k: expected k >= 1, got {k}")
     if k > n_docs:
@@ -210,9 +211,7 @@ def _block_size(n_queries: int, n_docs: int, k: int, tile_bytes: int, block_size
         b = tile_bytes // (4 * max(1, n_queries))
         b = int(min(max(b, _MIN_BLOCK), _MAX_BLOCK))
     else:
-        if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral):
-            raise TypeError(f"block_size: expected an integer, got {block_size!r}")
-        b = int(block_size)
+        b = check_int(block_size, "block_size", min_value=None, type_error=True)
         if b < 1:
             raise ValueError(f"block_size: expected block_size >= 1, got {b}")
     return int(min(max(b, k), n_docs))
@@ -348,9 +347,7 @@ def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, bar: An
 
 
 def _cpu_workers() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return available_cpus()
 
 
 # Below this many multiply-adds (queries x documents x dim) threads cost more than they save.
@@ -370,8 +367,6 @@ def _search_numpy_parallel(
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
     N = corpus.shape[0]
     bounds = np.linspace(0, N, workers + 1).astype(int)
 
@@ -380,7 +375,7 @@ def _search_numpy_parallel(
         res = _search_numpy(Q, corpus[lo:hi], min(k, hi - lo), block, bar)
         return SearchResult(res.scores, res.indices + lo, "numpy")
 
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
+    with limit_blas_threads(1), ThreadPoolExecutor(workers) as pool:
         parts = list(pool.map(part, range(workers)))
     n = Q.shape[0]
     vals = np.concatenate([p_.scores for p_ in parts], axis=1)

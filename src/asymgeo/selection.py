@@ -1,4 +1,4 @@
-"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7) and the SURE plug-in.
+"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7); the SURE plug-in is in :mod:`asymgeo.theory`.
 
 The kernel :func:`cars_score` is a pure function on arrays; the estimator
 :class:`GeometrySelector` lives in :mod:`asymgeo.estimators`.
@@ -6,13 +6,22 @@ The kernel :func:`cars_score` is a pure function on arrays; the estimator
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
+from ._deprecation import renamed_argument
 from ._lowrank import top_eigen, top_singular
-from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed, check_triples_informative
+from ._runtime import available_cpus, limit_blas_threads
+from ._validation import (
+    as_float_matrix,
+    check_int,
+    check_rank,
+    check_same_shape,
+    check_seed,
+    check_triples_informative,
+)
 from .geometry import sym
 
 __all__ = [
@@ -134,28 +143,18 @@ def _inner(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -
 
 
 def _resolve_jobs(n_jobs: int | None, n_tasks: int, p: int) -> int:
-    import os
-
     if n_jobs is None and p < 256:
         return 1  # small operators: thread start-up costs more than it saves
     if n_jobs is None:
-        n_jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
-        raise ValueError(f"n_jobs: expected a positive integer or None, got {n_jobs!r}")
-    return max(1, min(int(n_jobs), n_tasks))
+        n_jobs = available_cpus()
+    return max(1, min(check_int(n_jobs, "n_jobs", note=" or None"), n_tasks))
 
 
 def _single_threaded_blas():
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a core dependency
-        import contextlib
-
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
+    return limit_blas_threads(1)
 
 
-def cars_score(
+def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed branch
     X: np.ndarray,
     Y_pos: np.ndarray,
     Y_neg: np.ndarray,
@@ -165,8 +164,9 @@ def cars_score(
     splits: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
     selector_dim: int | None = None,
     *,
-    method: str = "auto",
+    solver: str = "auto",
     n_jobs: int | None = None,
+    method: str | None = None,
 ) -> CarsResult:
     r"""Cross-fitted Asymmetry Risk Selector (paper, Section 3.2, eq. 7).
 
@@ -190,9 +190,11 @@ def cars_score(
     n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential).  Threads run with
         single-threaded BLAS; ``n_jobs`` changes the result only by BLAS rounding
         (summation order), and a fixed ``n_jobs`` is deterministic.
-    method : truncation solver, ``"auto"`` (certified Krylov with warm starts when
+    solver : truncation solver, ``"auto"`` (certified Krylov with warm starts when
         p >= 512 and rank <= p/16), ``"dense"`` or ``"krylov"``.
+    method : deprecated alias of ``solver`` (removed in 0.3).
     """
+    method = renamed_argument("cars_score", "method", "solver", method, solver, "auto")
     X = as_float_matrix(X, "X")
     Y_pos = as_float_matrix(Y_pos, "Y_pos")
     Y_neg = as_float_matrix(Y_neg, "Y_neg")
@@ -220,9 +222,7 @@ def cars_score(
     rank = check_rank(rank, p)
 
     if splits is None:
-        if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 1:
-            raise ValueError(f"n_splits: expected a positive integer, got {n_splits!r}")
-        split_list = half_splits(n, int(n_splits), rng_split)
+        split_list = half_splits(n, check_int(n_splits, "n_splits"), rng_split)
     else:
         split_list = []
         for b, pair in enumerate(splits):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_float_matrix, check_positive, check_rank, check_seed, check_square
+from ._validation import as_float_matrix, check_int, check_positive, check_rank, check_seed, check_square
 
 __all__ = [
     "TwoViewModel",
@@ -128,10 +128,8 @@ def two_view_model(
     seed : seed for the query loading (the same seed gives the same loading at every
         angle, so angles are paired).
     """
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 2:
-        raise ValueError(f"p: expected an integer >= 2, got {p!r}")
-    if isinstance(latent_rank, bool) or not isinstance(latent_rank, (int, np.integer)) or not 1 <= latent_rank <= p:
-        raise ValueError(f"latent_rank: expected an integer in [1, p={p}], got {latent_rank!r}")
+    p = check_int(p, "p", min_value=2)
+    latent_rank = check_int(latent_rank, "latent_rank", max_value=p, max_label=f"p={p}")
     noise_sd = check_positive(noise_sd, "noise_sd", allow_zero=True)
     angle = float(angle)
     if not np.isfinite(angle):
@@ -162,7 +160,8 @@ def candidate_ndcg(M: np.ndarray, test: CandidateTest, k: int = 10) -> np.ndarra
     M = as_float_matrix(M, "M")
     check_square(M, "M")
     if M.shape[0] != test.X.shape[1]:
-        raise ValueError(f"M: expected shape ({test.X.shape[1]}, {test.X.shape[1]}) to match the test queries, got {M.shape}")
+        p = test.X.shape[1]
+        raise ValueError(f"M: expected shape ({p}, {p}) to match the test queries, got {M.shape}")
     q = test.X @ M  # (m, p): rows are M^T x
     s_pos = np.einsum("ij,ij->i", q, test.Y_pos)
     s_neg = np.einsum("ij,inj->in", q, test.Y_neg)

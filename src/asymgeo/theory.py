@@ -1,17 +1,24 @@
-"""Local risks, the SURE rule and optimal separation (paper, Section 3 and Appendices C-D).
+"""Local risks, the SURE rule and statistic, and optimal separation (paper, Section 3, Appendices C-D).
 
-Pure kernels on arrays and scalars.
+Pure kernels on arrays and scalars: Theorem 2's local risks (:func:`local_risks`), the
+SURE rule of eq. (4) (:func:`sure_select`) with its selection probability and regret
+(Theorem 3, eqs. 5-6), the SURE plug-in statistic computed from training triples
+(:func:`sure_statistic`, with the noise estimate :func:`estimate_moment_noise`) and
+Theorem 4's optimal separation.  ``scipy.stats`` is imported inside the functions that
+use it, so ``import asymgeo`` stays fast.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sla
-from scipy import stats
 
-from ._validation import as_float_matrix, check_positive, check_rank, check_square
+from ._deprecation import warn_deprecated
+from ._lowrank import top_eigen
+from ._validation import as_float_matrix, check_int, check_positive, check_rank, check_square
 from .geometry import sym, tangent_dims, tangent_projectors
 
 __all__ = [
@@ -21,6 +28,8 @@ __all__ = [
     "sure_regret",
     "SureResult",
     "sure_select",
+    "sure_statistic",
+    "estimate_moment_noise",
     "OptimalSeparation",
     "optimal_separation",
     "inverse_sqrt_psd",
@@ -81,9 +90,7 @@ def local_risks(H: np.ndarray, U: np.ndarray, sigma: float) -> LocalRisks:
 
 
 def _check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or int(k) < 1:
-        raise ValueError(f"k: expected a positive integer (number of dual-only directions), got {k!r}")
-    return int(k)
+    return check_int(k, "k", note=" (number of dual-only directions)")
 
 
 def sure_select_probability(k: int, lam: float | np.ndarray) -> float | np.ndarray:
@@ -96,6 +103,8 @@ def sure_select_probability(k: int, lam: float | np.ndarray) -> float | np.ndarr
     k : number of dual-only directions, ``r(2p-r-1)/2``.
     lam : noncentrality :math:`\delta^2/\sigma^2 \ge 0` (scalar or array).
     """
+    from scipy import stats
+
     k = _check_k(k)
     lam_arr = np.asarray(lam, dtype=np.float64)
     if not np.all(np.isfinite(lam_arr)) or np.any(lam_arr < 0):
@@ -105,7 +114,11 @@ def sure_select_probability(k: int, lam: float | np.ndarray) -> float | np.ndarr
     return float(out) if out.ndim == 0 else out
 
 
-def sure_regret(delta2: float | np.ndarray, sigma2: float, k: int) -> float | np.ndarray:
+def _is_count(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def sure_regret(k: int, delta2: float | np.ndarray, sigma2: float) -> float | np.ndarray:
     r"""Expected model-choice regret of the SURE rule (Theorem 3, eq. 6).
 
     .. math::
@@ -114,7 +127,24 @@ def sure_regret(delta2: float | np.ndarray, sigma2: float, k: int) -> float | np
         \Pr\{\chi^2_k(\lambda)\le 2k\}, & \delta^2 > \sigma^2 k\end{cases}
 
     and zero at :math:`\delta^2 = \sigma^2 k`.
+
+    Parameters
+    ----------
+    k : number of dual-only directions, ``r(2p-r-1)/2`` (first, as in
+        :func:`sure_select_probability`).
+    delta2 : squared directional signal :math:`\delta^2 \ge 0` (scalar or array).
+    sigma2 : noise variance :math:`\sigma^2 > 0`.
+
+    Notes
+    -----
+    Before 0.2 the order was ``sure_regret(delta2, sigma2, k)``.  A call in that order
+    whose first argument is not an integer (a float or an array) is still read that way,
+    with a :class:`DeprecationWarning`, until 0.3; an all-integer call is read in the new
+    order, so pass keywords when in doubt.
     """
+    if not _is_count(k) and _is_count(sigma2):
+        warn_deprecated("sure_regret(delta2, sigma2, k): the argument order is now sure_regret(k, delta2, sigma2)")
+        k, delta2, sigma2 = sigma2, k, delta2  # type: ignore[assignment]
     k = _check_k(k)
     sigma2 = check_positive(sigma2, "sigma2")
     d2 = np.asarray(delta2, dtype=np.float64)
@@ -169,6 +199,71 @@ def sure_select(Z: np.ndarray, U: np.ndarray, sigma: float) -> SureResult:
     choice = "dual" if risk_d < risk_s else "shared"
     return SureResult(choice=choice, statistic=stat, threshold=2 * s2 * k,
                       risk_shared=risk_s, risk_dual=risk_d, k=k)
+
+
+def estimate_moment_noise(X: np.ndarray, D: np.ndarray) -> float:
+    r"""Isotropic plug-in noise scale :math:`\sigma` of the relevance moment (Section 3).
+
+    Per-triple moments :math:`W_i = X_i D_i^\top` have entrywise variances
+    :math:`v_{jk}`; the local Gaussian model of Section 3 takes
+    :math:`\widehat C \approx C + (\sigma/\sqrt n) G`, so
+    :math:`\widehat\sigma^2 = \mathrm{mean}_{jk}\, v_{jk}` (unbiased per entry).
+
+    Parameters
+    ----------
+    X : (n, p) queries, n >= 2.
+    D : (n, p) ``Y_pos - Y_neg``.
+    """
+    n = X.shape[0]
+    if n < 2:
+        raise ValueError(f"X: need at least 2 triples to estimate the noise scale, got {n}")
+    mean_sq = (X * X).T @ (D * D) / n
+    mean = X.T @ D / n
+    var = (mean_sq - mean * mean) * n / (n - 1)
+    return float(np.sqrt(max(float(var.mean()), 0.0)))
+
+
+def sure_statistic(
+    X: np.ndarray, D: np.ndarray, rank: int, *, sigma: float | None = None, solver: str = "auto"
+) -> tuple[SureResult, float]:
+    r"""The SURE rule (eq. 4) plugged in at training triples: returns ``(result, sigma)``.
+
+    With :math:`\widehat C = X^\top D / n`, the shared point is
+    :math:`S = \mathcal P_{s,r}(\widehat C)` (top-r eigenpairs of :math:`\mathrm{sym}(\widehat C)`,
+    all positive) and the scaled observation :math:`Z = \sqrt n\,\Pi_{T_d}(\widehat C - S)`;
+    :func:`sure_select` then compares :math:`\|\Pi_{\mathcal A}Z\|_F^2` with :math:`2\sigma^2 k`.
+    ``sigma`` defaults to :func:`estimate_moment_noise` (an isotropic plug-in the
+    paper's theorem does not cover).
+
+    Parameters
+    ----------
+    X : (n, p) float64 queries.
+    D : (n, p) float64 ``Y_pos - Y_neg``.
+    rank : int, 1 <= rank <= p.
+    sigma : known noise scale > 0, or None to estimate it.
+    solver : {"auto", "dense", "krylov"} eigen-solver for :math:`\mathrm{sym}(\widehat C)`.
+
+    Raises
+    ------
+    ValueError
+        If the estimated noise is zero, or :math:`\mathrm{sym}(\widehat C)` has fewer than
+        ``rank`` positive eigenvalues (SURE needs a rank-r PSD point).
+    """
+    n, p = X.shape
+    rank = check_rank(rank, p)
+    C = X.T @ D / n
+    sigma = float(sigma) if sigma is not None else estimate_moment_noise(X, D)
+    if sigma <= 0:
+        raise ValueError("sigma: the moment has zero estimated noise; pass sigma explicitly")
+    eta, U = top_eigen(sym(C), rank, method=solver)
+    if np.any(eta <= 0):
+        raise ValueError(
+            f"rank: the symmetric moment has only {int(np.sum(eta > 0))} positive eigenvalues, "
+            f"fewer than rank = {rank}; SURE needs a rank-r PSD point"
+        )
+    S = (U * eta) @ U.T
+    Z = np.sqrt(n) * tangent_projectors(U).Pi_Td(C - S)
+    return sure_select(Z, U, sigma), sigma
 
 
 def inverse_sqrt_psd(Sigma: np.ndarray, name: str = "Sigma") -> np.ndarray:

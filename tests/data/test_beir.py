@@ -7,10 +7,9 @@ import json
 import tracemalloc
 
 import pytest
+from beir_fixtures import doc, query, write_beir
 
 from asymgeo.data import BeirDataset, document_text, load_beir
-
-from beir_fixtures import doc, query, write_beir
 
 
 # --------------------------------------------------------------------------- basics

@@ -1,4 +1,4 @@
-"""Cell functions for the runner tests (importable by forked pool workers).
+"""Cell functions for the runner tests (importable by forked pool workers and, via PYTHONPATH, Ray).
 
 ``flaky_cell`` fails for the x named in the environment variable ``ASYMGEO_TEST_FAIL_X``
 (simulating a crash in one cell; the variable is outside the config, so the cell id is
@@ -8,7 +8,23 @@ unchanged when the "bug" is fixed) and raises ``KeyboardInterrupt`` for the x in
 
 import os
 
-from asymgeo.experiments.runner import toy_cell
+import numpy as np
+
+from asymgeo.experiments.runner import cell_seed
+
+
+def toy_cell(config: dict) -> dict:
+    """A tiny deterministic cell for the runner tests.
+
+    Draws ``size`` normals from ``cell_seed(master_seed, x)`` and returns their mean
+    and ``x**2``; raises ``RuntimeError`` when ``config["fail"]`` is true.
+    """
+    if config.get("fail", False):
+        raise RuntimeError(f"toy_cell: asked to fail at x = {config.get('x')}")
+    x = int(config["x"])
+    seed = cell_seed(int(config.get("master_seed", 0)), x)
+    draws = np.random.default_rng(seed).standard_normal(int(config.get("size", 10)))
+    return {"seed": seed, "mean": float(draws.mean()), "square": x * x}
 
 
 def flaky_cell(config: dict) -> dict:

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from asymgeo.cli import main
 from asymgeo.experiments.report import build_report, reproduce
-from asymgeo.experiments.runner import read_results
+from asymgeo.experiments.runner import packaged_config_dir, read_results
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "experiments"
+CONFIGS = packaged_config_dir()
 
 
 @pytest.fixture(scope="module")

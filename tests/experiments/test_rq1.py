@@ -75,3 +75,28 @@ def test_summary_first_positive_and_plot(tmp_path):
     assert row.ci_high - row.diff_mean == pytest.approx(half)
     rq1.plot(summary, tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000
+
+
+def test_claims_on_a_hand_made_summary():
+    import pandas as pd
+
+    from asymgeo.experiments.rq1 import claims
+
+    rows = [  # angle, n, diff_mean, ci_low, population_gpsd
+        (0.0, 64, -0.20, -0.30, 0.0), (0.0, 256, -0.05, -0.10, 0.0),
+        (0.8, 64, -0.10, -0.20, 1.0), (0.8, 256, 0.10, -0.01, 1.0),
+        (1.2, 64, 0.05, 0.01, 2.0), (1.2, 256, 0.20, 0.10, 2.0),
+    ]
+    s = pd.DataFrame(rows, columns=["angle", "n", "diff_mean", "ci_low", "population_gpsd"]).assign(rank=8)
+    c = claims(s, rank=8)
+    assert c["first_positive"] == {0.0: None, 0.8: 256, 1.2: 64}
+    assert [(e["angle"], e["ours"], e["holds"]) for e in c["paper_first_positive"]] == [(0.8, 256, True), (1.2, 64, True)]
+    assert c["first_significant"] == {0.0: None, 0.8: None, 1.2: 64}
+    assert [(e["ours"], e["holds"]) for e in c["significant"]] == [(None, False), (64, True)]
+    assert (c["positive_cells"], c["cells"], c["both_signs"]) == (3, 6, True)
+    assert (c["first_positive_12"], c["first_positive_08"], c["order_holds"]) == (64, 256, True)
+    # corr of (0, 1, 2) with (-0.05, 0.10, 0.20) by hand: 0.25 / sqrt(2 * 0.0316667)
+    assert c["largest_n"] == 256 and c["gpsd_trend_corr"] == pytest.approx(0.25 / (2 * 0.0316666667) ** 0.5, rel=1e-6)
+    assert c["trend_holds"] is True
+    missing = claims(s[s["angle"] != 0.8], rank=8)["paper_first_positive"]
+    assert missing[0] == {"angle": 0.8, "paper_n": 256, "ours": "not in grid", "holds": None}

@@ -7,10 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 
+from asymgeo._atomic import atomic_write_text
 from asymgeo.experiments import runner
 from asymgeo.experiments.runner import (
     SweepError,
@@ -24,17 +23,18 @@ from asymgeo.experiments.runner import (
 )
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 
 
 @pytest.fixture(autouse=True)
 def _helpers_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
+    # Ray workers are fresh interpreters: they find sweep_cells through PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("ASYMGEO_TEST_FAIL_X", raising=False)
     monkeypatch.delenv("ASYMGEO_TEST_INTERRUPT_X", raising=False)
 
 
-def _toy(cell: str = "asymgeo.experiments.runner:toy_cell", xs=range(6), **fixed) -> runner.Experiment:
+def _toy(cell: str = "sweep_cells:toy_cell", xs=range(6), **fixed) -> runner.Experiment:
     return parse_experiment(
         {"experiment": {"name": "toy", "cell": cell, "master_seed": 7},
          "grid": {"x": list(xs)}, "fixed": {"size": 5, **fixed}},
@@ -74,15 +74,15 @@ def test_cell_seed_deterministic_and_distinct():
 def test_bundled_configs_parse_full_and_quick():
     sizes = {}
     for name in ("rq1", "table2", "rq2"):
-        full = load_experiment(name, config_dir=ROOT / "experiments")
-        quick = load_experiment(name, quick=True, config_dir=ROOT / "experiments")
+        full = load_experiment(name, config_dir=runner.packaged_config_dir())
+        quick = load_experiment(name, quick=True, config_dir=runner.packaged_config_dir())
         assert quick.name == f"{name}-quick" and quick.quick
         assert len(quick.configs()) < len(full.configs())
         full.cell_function()
         sizes[name] = len(full.configs())
         assert full.master_seed == 20260809
     assert sizes == {"rq1": 7 * 7 * 3 * 5, "table2": 16, "rq2": 3 * 7 * 10}
-    rq1 = load_experiment("rq1", config_dir=ROOT / "experiments")
+    rq1 = load_experiment("rq1", config_dir=runner.packaged_config_dir())
     assert rq1.grid["angle"] == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2]
     assert rq1.grid["n"] == [32, 64, 128, 256, 512, 1024, 2048]
     assert rq1.fixed["n_negatives"] == 299 and rq1.fixed["noise_sd"] == 0.6
@@ -163,14 +163,14 @@ def test_csv_format(tmp_path):
 
 def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
     target = tmp_path / "cells" / "abc.json"
-    runner._atomic_write_text(target, '{"ok": 1}')
+    atomic_write_text(target, '{"ok": 1}')
 
     def boom(src, dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(runner.os, "replace", boom)
     with pytest.raises(OSError, match="disk full"):
-        runner._atomic_write_text(target, '{"ok": 2, "partial": ')
+        atomic_write_text(target, '{"ok": 2, "partial": ')
     # The old complete record is untouched and no temporary file is left behind.
     assert json.loads(target.read_text()) == {"ok": 1}
     assert [p.name for p in target.parent.iterdir()] == ["abc.json"]
@@ -188,12 +188,16 @@ def test_unreadable_or_temporary_cell_files_are_ignored(tmp_path):
 
 
 # --------------------------------------------------------------------------- resume
-def test_resume_after_a_crashed_cell(tmp_path, monkeypatch):
+def test_resume_after_a_crashed_cell(tmp_path, monkeypatch, caplog, capsys):
     exp = _toy(cell="sweep_cells:flaky_cell")
     monkeypatch.setenv("ASYMGEO_TEST_FAIL_X", "3")
     with pytest.raises(SweepError, match=r"1 of 6 cells failed.*simulated crash") as info:
         run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
     assert info.value.failures[0][0]["x"] == 3
+    # the library logs the failed cell (only the CLI prints)
+    logged = [r for r in caplog.records if r.name == "asymgeo.experiments.runner"]
+    assert len(logged) == 1 and "failed: RuntimeError: simulated crash at x = 3" in logged[0].getMessage()
+    assert capsys.readouterr().out == ""
     df = read_results(tmp_path, "toy")
     assert sorted(df["x"]) == [0, 1, 2, 4, 5]
     before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "toy" / "cells").iterdir()}
@@ -251,6 +255,12 @@ def test_bad_executor_and_address(tmp_path):
         run_sweep(_toy(), results_dir=tmp_path, address="auto", workers=1, progress=False)
 
 
+@pytest.mark.parametrize("workers", [-1, 2.5, True])
+def test_bad_workers(tmp_path, workers):
+    with pytest.raises(ValueError, match="workers: expected a positive integer"):
+        run_sweep(_toy(), results_dir=tmp_path, workers=workers, progress=False)
+
+
 def test_missing_ray_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install 'asymgeo\[ray\]'"):
@@ -263,7 +273,7 @@ def test_ray_executor_matches_local(tmp_path):
     ray = pytest.importorskip("ray")
     from asymgeo.experiments.runner import load_experiment
 
-    rq2 = load_experiment("rq2", quick=True, config_dir=ROOT / "experiments")
+    rq2 = load_experiment("rq2", quick=True, config_dir=runner.packaged_config_dir())
     small = parse_experiment(
         {"experiment": {"name": "rq2-ray", "cell": rq2.cell, "master_seed": rq2.master_seed},
          "grid": {"angle": [0.4, 1.2], "n": [32, 128], "seed_index": [0]}, "fixed": dict(rq2.fixed)},
@@ -281,3 +291,29 @@ def test_ray_executor_matches_local(tmp_path):
     assert local == remote and len(local) == 4
     run_sweep(_toy(), results_dir=tmp_path / "local", workers=1, progress=False)
     assert _records(tmp_path / "local") == _records(tmp_path / "ray")
+
+
+# --------------------------------------------------------------------------- packaged configs
+def test_configs_ship_as_package_data():
+    import tomllib
+
+    pkg = runner.packaged_config_dir()
+    assert pkg.parent == Path(runner.__file__).resolve().parent  # inside the installed package
+    names = sorted(p.stem for p in pkg.glob("*.toml"))
+    assert names == ["rq1", "rq2", "table2"]
+    root = Path(runner.__file__).resolve().parents[3]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["asymgeo"]
+    shipped = {p for g in globs for p in (root / "src" / "asymgeo").glob(g)}
+    assert set(pkg.glob("*.toml")) <= shipped  # the wheel's package-data globs pick them up
+
+
+def test_default_config_dir_outside_a_checkout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no ./experiments here: the packaged configs
+    assert runner.default_config_dir() == runner.packaged_config_dir()
+    assert load_experiment("rq2", quick=True).name == "rq2-quick"
+    (tmp_path / "experiments").mkdir()  # a folder without configs does not shadow them
+    assert runner.default_config_dir() == runner.packaged_config_dir()
+    (tmp_path / "experiments" / "mine.toml").write_text(
+        '[experiment]\nname = "mine"\ncell = "sweep_cells:toy_cell"\nmaster_seed = 1\n[grid]\nx = [1, 2]\n')
+    assert runner.default_config_dir() == Path("experiments")
+    assert load_experiment("mine").configs() == [{"master_seed": 1, "x": 1}, {"master_seed": 1, "x": 2}]

@@ -63,3 +63,24 @@ def test_small_n_is_visibly_nonlinear():
     # is informative only because the risks converge as n grows.
     out = table2.cell({**CFG, "n": 64, "level": 0.0, "risk_draws": 1000, "sure_draws": 1000})
     assert out["risk_dual"] > out["risk_dual_theory"] + 5 * out["risk_dual_se"]
+
+
+def test_claims_on_a_hand_made_summary():
+    import pandas as pd
+
+    from asymgeo.experiments.table2 import claims
+
+    s = pd.DataFrame({
+        "n": [256, 4096, 4096],
+        "rel_err_dual": [0.05, 0.001, -0.002], "rel_err_shared": [0.04, 0.0005, 0.003],
+        "rel_se_dual": [0.01, 0.0010, 0.0011], "rel_se_shared": [0.01, 0.0012, 0.0009],
+        "z_dual": [5.0, 1.0, -1.8], "z_shared": [4.0, 0.4, 3.3],
+        "abs_err_sure": [0.01, -0.0004, 0.0012], "sure_prob_se": [0.002, 0.0005, 0.0004], "z_sure": [5.0, -0.8, 3.0],
+    })
+    c = claims(s)  # only the n = 4096 rows count
+    assert c["n"] == 4096
+    assert c["max_rel_err"] == 0.003 and c["max_rel_se"] == 0.0012 and c["max_abs_z"] == 3.3
+    assert c["risks_hold"] is False  # 0.3% > 0.25%
+    assert c["max_abs_err_sure"] == 0.0012 and c["max_sure_se"] == 0.0005 and c["max_abs_z_sure"] == 3.0
+    assert c["sure_holds"] is False  # 0.0012 > 0.001
+    assert claims(s.assign(rel_err_shared=[0.0, 0.0, 0.002], abs_err_sure=[0.0, 0.0, 0.0009]))["risks_hold"] is True

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
 
 __all__ = [
     "BeirDataset",
@@ -163,7 +163,7 @@ class DatasetReport:
 
 
 # --------------------------------------------------------------------------- parsing
-def _jsonl_records(path: Path, report: DatasetReport, *, need_title: bool) -> Iterator[tuple[int, str, str, str]]:
+def _jsonl_records(path: Path, report: DatasetReport, *, need_title: bool) -> Iterator[tuple[int, str, str, str]]:  # noqa: C901 - data layer, reliability branch
     """Yield ``(line_number, id, title, text)`` for every non-blank line, validating each."""
     blanks = 0
     with open(path, "rb") as fh:

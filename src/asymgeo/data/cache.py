@@ -23,15 +23,17 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
-
+from .._runtime import json_default
+from .._validation import check_int
 from .beir import BeirDataset, load_beir
 from .encoders import EncoderSpec, TextEncoder, get_encoder, l2_normalize, load_encoder
 
@@ -155,7 +157,7 @@ def _load_npy(path: Path, mmap: bool) -> np.ndarray:
     return arr
 
 
-def load_embeddings(
+def load_embeddings(  # noqa: C901 - data layer, reliability branch
     dataset: str | os.PathLike | BeirDataset,
     encoder: str | EncoderSpec,
     *,
@@ -234,15 +236,7 @@ def _write_ids(path: Path, ids: Sequence[str]) -> None:
 
 
 def _write_meta(path: Path, meta: dict[str, Any]) -> None:
-    _atomic_write_bytes(path / "meta.json", (json.dumps(meta, indent=2, default=_json_default) + "\n").encode("utf-8"))
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer, np.floating)):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+    _atomic_write_bytes(path / "meta.json", (json.dumps(meta, indent=2, default=json_default) + "\n").encode("utf-8"))
 
 
 def write_embeddings(
@@ -311,7 +305,7 @@ def _assemble(parts: list[Path], dest: Path, n_rows: int, dim: int) -> None:
         del out
 
 
-def encode_dataset(
+def encode_dataset(  # noqa: C901 - split into named steps (issue #8) in the data branch
     dataset: str | os.PathLike | BeirDataset,
     encoder: str | EncoderSpec = "all-MiniLM-L6-v2",
     *,
@@ -350,9 +344,7 @@ def encode_dataset(
     """
     ds = load_beir(dataset, data_dir=data_dir)
     spec = get_encoder(encoder)
-    if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    chunk_size = int(chunk_size)
+    chunk_size = check_int(chunk_size, "chunk_size")
     path = cache_path(ds, spec, cache_dir)
     if (path / "meta.json").is_file() and not overwrite:
         return load_embeddings(ds, spec, cache_dir=cache_dir)
@@ -474,7 +466,7 @@ def encode_dataset(
         "encode_wall_seconds": timings,
         "python_version": sys.version.split()[0],
         "numpy_version": np.__version__,
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command if command is not None else " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     info.pop("dimension", None)

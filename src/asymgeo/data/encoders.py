@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
+from .._runtime import available_cpus
 from .beir import document_text
 
 __all__ = [
@@ -159,10 +161,7 @@ def l2_normalize(E: np.ndarray) -> np.ndarray:
 
 
 def _cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    return available_cpus()
 
 
 class SentenceTransformerEncoder:
@@ -179,8 +178,8 @@ class SentenceTransformerEncoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
-            import torch
             import sentence_transformers
+            import torch
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
             raise ImportError(
@@ -232,7 +231,7 @@ class SentenceTransformerEncoder:
             tv = transformers.__version__
         except ImportError:  # pragma: no cover
             tv = None
-        out = dict(self._versions)
+        out: dict[str, Any] = dict(self._versions)
         out.update(
             {
                 "transformers_version": tv,

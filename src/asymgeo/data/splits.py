@@ -19,12 +19,12 @@ ids and the seed, never on input order.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 import numpy as np
 
-from .._validation import check_seed
+from .._validation import check_int, check_seed
 from .beir import BeirDataset, load_beir
 
 __all__ = [
@@ -55,8 +55,10 @@ def _unique_sorted(ids: Sequence[str], name: str = "ids") -> list[str]:
     ids = [str(i) for i in ids]
     if len(set(ids)) != len(ids):
         seen: set[str] = set()
-        dup = next(i for i in ids if i in seen or seen.add(i))
-        raise ValueError(f"{name}: duplicate id {dup!r}")
+        for dup in ids:
+            if dup in seen:
+                raise ValueError(f"{name}: duplicate id {dup!r}")
+            seen.add(dup)
     return sorted(ids)
 
 
@@ -78,7 +80,7 @@ def split_sizes(n: int, fractions: Sequence[float | Fraction]) -> list[int]:
     fr = [Fraction(str(f)) for f in fractions]
     if any(f < 0 for f in fr):
         raise ValueError(f"fractions: must be non-negative, got {list(fractions)}")
-    total = sum(fr)
+    total = sum(fr, Fraction(0))
     if abs(total - 1) > Fraction(1, 10**9):
         raise ValueError(f"fractions: must sum to 1, got {list(fractions)} (sum {float(total)})")
     fr = [f / total for f in fr]  # absorbs float round-off such as 3 * (1/3) != 1
@@ -151,8 +153,7 @@ def query_folds(ids: Sequence[str], n_folds: int = 5, seed: int | np.random.Gene
     Fold sizes differ by at most one (the first ``n % n_folds`` folds get the extra id);
     each fold keeps permutation order.
     """
-    if isinstance(n_folds, bool) or not isinstance(n_folds, numbers.Integral) or n_folds < 2:
-        raise ValueError(f"n_folds: expected an integer >= 2, got {n_folds!r}")
+    n_folds = check_int(n_folds, "n_folds", min_value=2)
     perm = _permuted(ids, seed)
     if len(perm) < n_folds:
         raise ValueError(f"ids: need at least n_folds = {n_folds} ids, got {len(perm)}")

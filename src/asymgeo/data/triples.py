@@ -12,11 +12,13 @@ query's frozen hard negatives for adapter training (the first of them is ``Y_neg
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Collection, Sequence
+from typing import Any
 
 import numpy as np
 
+from .._validation import check_int
 from ..search import exact_search
 from .beir import BeirDataset, load_beir
 from .cache import EmbeddingCache, load_embeddings
@@ -62,8 +64,7 @@ def mine_hard_negatives(
         raise ValueError(f"corpus: expected shape (N, {Q.shape[1]}), got {corpus.shape}")
     if len(exclude) != Q.shape[0]:
         raise ValueError(f"exclude: expected {Q.shape[0]} collections (one per query), got {len(exclude)}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k: expected a positive integer, got {k!r}")
+    k = check_int(k, "k")
     n, N = Q.shape[0], corpus.shape[0]
     max_ex = max((len(e) for e in exclude), default=0)
     if k + max_ex > N:
@@ -138,7 +139,7 @@ class Triples:
         E = np.asarray(self._corpus[uniq], dtype=np.float32).reshape(len(uniq), self.dim)
         return E[inv.reshape(-1)].reshape(*self.hard_negative_rows.shape, self.dim)
 
-    def subset(self, ids: Sequence[str]) -> "Triples":
+    def subset(self, ids: Sequence[str]) -> Triples:
         """Triples of the given query ids, in that order (KeyError on an unknown id)."""
         where = {q: i for i, q in enumerate(self.query_ids)}
         try:

@@ -1,23 +1,21 @@
 """``asymgeo demo``: the shared-to-dual crossover on the paper's two-view simulation.
 
-For each training size n the demo draws n triples from the RQ1 model (Appendix F),
-runs CARS on them, reports the Theorem 1 gap of the training moment, fits both
-closed-form projections and measures held-out NDCG@10 (each test positive ranked
-against 299 independent negatives).  Small n favours shared; large n and large
-angles favour dual (Corollary 1).
+For each training size n the demo runs one RQ1 cell (:func:`asymgeo.experiments.rq1.cell`,
+Appendix F): n triples from the two-view model, CARS on them, Theorem 1's gap of the
+training moment, both closed-form projections and their held-out NDCG@10 (each test
+positive ranked against 299 independent negatives).  The seeds are the RQ1 experiment's
+(``cell_seed(seed, ...)`` with seed index 0), so the demo is one column of Figure 3's grid.
+Small n favours shared; large n and large angles favour dual (Corollary 1).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
-import numpy as np
-
-from ..estimators import DualProjection, SharedProjection
-from ..geometry import approximation_gap, psd_distance
-from ..selection import cars_score
-from ..simulation import candidate_ndcg, two_view_model
+from .._validation import check_int
+from . import rq1
 
 __all__ = ["run_demo", "format_demo"]
 
@@ -33,47 +31,44 @@ def run_demo(
     latent_rank: int = 8,
     noise_sd: float = 0.6,
     n_splits: int = 20,
-) -> dict:
-    """Run the demo and return a JSON-serialisable record (config, seeds, rows)."""
+) -> dict[str, Any]:
+    """Run the demo and return a JSON-serialisable record (config, seeds, rows).
+
+    Each row is one :func:`asymgeo.experiments.rq1.cell` at ``(angle, n, rank, seed_index=0)``
+    with master seed ``seed``; ``population`` holds the population moment's Theorem 1 gap
+    and its distance ``G_PSD`` to the shared family.
+    """
     if not sizes:
         raise ValueError("sizes: expected at least one training size")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    seed = check_int(seed, "seed", min_value=0)
     for n in sizes:
         if n < 4:
             raise ValueError(f"n: every training size must be >= 4 (CARS needs 4 triples), got {n}")
     t0 = time.perf_counter()
-    ss = np.random.SeedSequence(seed)
-    model_ss, test_ss, *train_ss = ss.spawn(2 + len(sizes))
-    model = two_view_model(p=p, latent_rank=latent_rank, noise_sd=noise_sd, angle=angle,
-                           seed=np.random.default_rng(model_ss))
-    test = model.sample_test(n_test, n_negatives, np.random.default_rng(test_ss))
-    C_pop = model.population_moment()
     rows = []
-    for n, tss in zip(sizes, train_ss):
-        tr = model.sample_triples(int(n), np.random.default_rng(tss))
-        cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=n_splits, seed=int(tss.generate_state(1)[0]))
-        shared = SharedProjection(rank).fit(tr.X, tr.Y_pos, tr.Y_neg)
-        dual = DualProjection(rank).fit(tr.X, tr.Y_pos, tr.Y_neg)
-        gap = approximation_gap(shared.moment_, rank)
-        nd_s = float(candidate_ndcg(shared.operator_, test).mean())
-        nd_d = float(candidate_ndcg(dual.operator_, test).mean())
+    population: dict[str, float] = {}
+    for n in sizes:
+        rec = rq1.cell({"angle": angle, "n": int(n), "rank": rank, "seed_index": 0, "p": p,
+                        "latent_rank": latent_rank, "noise_sd": noise_sd, "n_test": n_test,
+                        "n_negatives": n_negatives, "master_seed": seed, "cars_splits": n_splits})
+        population = {"gap": rec["population_gap"], "psd_distance": rec["population_gpsd"]}
         rows.append({
             "n": int(n),
-            "cars_choice": cars.choice,
-            "cars_score": cars.score,
-            "cars_se": cars.standard_error,
-            "train_gap": gap.gap,
-            "ndcg10_shared": nd_s,
-            "ndcg10_dual": nd_d,
-            "ndcg10_dual_minus_shared": nd_d - nd_s,
-            "better_on_test": "dual" if nd_d > nd_s else "shared",
+            "cars_choice": rec["cars_choice"],
+            "cars_score": rec["cars_score"],
+            "cars_se": rec["cars_se"],
+            "train_gap": rec["train_gap"],
+            "ndcg10_shared": rec["ndcg_shared"],
+            "ndcg10_dual": rec["ndcg_dual"],
+            "ndcg10_dual_minus_shared": rec["ndcg_diff"],
+            "better_on_test": "dual" if rec["ndcg_dual"] > rec["ndcg_shared"] else "shared",
+            "seeds": {k: rec[k] for k in ("model_seed", "test_seed", "train_seed", "cars_seed")},
         })
     return {
         "config": {"angle": angle, "rank": rank, "sizes": [int(n) for n in sizes], "seed": seed,
                    "n_test": n_test, "n_negatives": n_negatives, "p": p, "latent_rank": latent_rank,
                    "noise_sd": noise_sd, "n_splits": n_splits},
-        "population": {"gap": approximation_gap(C_pop, rank).gap, "psd_distance": psd_distance(C_pop, rank)},
+        "population": population,
         "rows": rows,
         "seconds": time.perf_counter() - t0,
     }

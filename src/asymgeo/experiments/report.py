@@ -13,8 +13,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,40 +89,29 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
     rank = 8 if 8 in ranks else ranks[0]
     rq1.plot(summary, fig_path, rank=rank)
     first = {r: rq1.first_positive(summary, r) for r in ranks}
+    c = rq1.claims(summary, rank)
     claims: list[list[str]] = []
-    for angle, paper_n in rq1.PAPER_FIRST_POSITIVE.items():
-        ours = first[rank].get(round(angle, 6), "not in grid")
-        if ours == "not in grid":
-            claims.append([f"RQ1: first positive rank-{rank} mean Dual-Shared at {angle} rad",
-                           f"n = {paper_n}", "angle not in this grid", _verdict(None)])
+    for e in c["paper_first_positive"]:
+        if e["ours"] == "not in grid":
+            claims.append([f"RQ1: first positive rank-{rank} mean Dual-Shared at {e['angle']} rad",
+                           f"n = {e['paper_n']}", "angle not in this grid", _verdict(None)])
             continue
-        sizes = sorted(summary["n"].unique())
-        holds = ours == paper_n if paper_n in sizes else None
-        claims.append([f"RQ1: first positive rank-{rank} mean Dual-Shared NDCG@10 at {angle} rad",
-                       f"n = {paper_n}", f"n = {ours}", _verdict(holds)])
-    signif = rq1.first_significant(summary, rank)
-    for angle, paper_n in rq1.PAPER_FIRST_POSITIVE.items():
-        if round(angle, 6) in signif:
-            ours = signif[round(angle, 6)]
-            claims.append([f"RQ1 (stricter reading, ours): first rank-{rank} n whose 95% interval is above 0 "
-                           f"at {angle} rad", f"n = {paper_n} (first positive mean)", f"n = {ours}",
-                           _verdict(ours == paper_n)])
+        claims.append([f"RQ1: first positive rank-{rank} mean Dual-Shared NDCG@10 at {e['angle']} rad",
+                       f"n = {e['paper_n']}", f"n = {e['ours']}", _verdict(e["holds"])])
+    signif = c["first_significant"]
+    for e in c["significant"]:
+        claims.append([f"RQ1 (stricter reading, ours): first rank-{rank} n whose 95% interval is above 0 "
+                       f"at {e['angle']} rad", f"n = {e['paper_n']} (first positive mean)", f"n = {e['ours']}",
+                       _verdict(e["holds"])])
     sub = summary[summary["rank"] == rank]
-    both_signs = bool((sub["diff_mean"] > 0).any() and (sub["diff_mean"] < 0).any())
     claims.append(["RQ1: the zero contour splits the grid (neither geometry dominates)",
-                   "Figure 3A", f"{int((sub['diff_mean'] > 0).sum())} of {len(sub)} (angle, n) means positive",
-                   _verdict(both_signs)])
-    order_ok = None
-    f08, f12 = first[rank].get(0.8), first[rank].get(1.2)
-    if f12 is not None:
-        order_ok = f08 is None or f12 <= f08
+                   "Figure 3A", f"{c['positive_cells']} of {c['cells']} (angle, n) means positive",
+                   _verdict(c["both_signs"])])
     claims.append(["RQ1: stronger mismatch needs fewer pairs (first positive n at 1.2 rad <= at 0.8 rad)",
-                   "64 <= 256", f"{f12} <= {f08}", _verdict(order_ok)])
-    big = sub[sub["n"] == sub["n"].max()].sort_values("population_gpsd")
-    trend = float(np.corrcoef(big["population_gpsd"], big["diff_mean"])[0, 1]) if len(big) > 2 else float("nan")
+                   "64 <= 256", f"{c['first_positive_12']} <= {c['first_positive_08']}", _verdict(c["order_holds"])])
     claims.append(["RQ1: at the largest n the Dual advantage grows with G_PSD",
-                   "Figure 3B", f"corr(G_PSD, gap) = {trend:.3f} at n = {int(sub['n'].max())}",
-                   _verdict(bool(trend > 0) if np.isfinite(trend) else None)])
+                   "Figure 3B", f"corr(G_PSD, gap) = {c['gpsd_trend_corr']:.3f} at n = {c['largest_n']}",
+                   _verdict(c["trend_holds"])])
 
     pivot = sub.pivot(index="angle", columns="n", values="diff_mean").sort_index()
     rows = [[f"{a:.1f}", f"{float(sub[sub['angle'] == a]['population_gpsd'].iloc[0]):.3f}",
@@ -188,20 +178,17 @@ def _table2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[st
                   f"{r['sure_prob_finite_n']:.4f}"] for _, r in s.iterrows()]
     conv = _table(["n", "δ²/(σ²k)", "dual rel. err", "shared rel. err", "MC rel. SE (dual)",
                    "shared − dual sim/theory", "finite-n SURE freq."], conv_rows)
-    max_rel = float(np.abs(top[["rel_err_dual", "rel_err_shared"]]).to_numpy().max())
-    max_rel_se = float(top[["rel_se_dual", "rel_se_shared"]].to_numpy().max())
-    max_z = float(np.abs(top[["z_dual", "z_shared"]]).to_numpy().max())
-    max_abs = float(np.abs(top["abs_err_sure"]).max())
-    max_se = float(top["sure_prob_se"].max())
-    max_zs = float(np.abs(top["z_sure"]).max())
+    c = table2.claims(s)
+    max_rel, max_rel_se, max_z = c["max_rel_err"], c["max_rel_se"], c["max_abs_z"]
+    max_abs, max_se, max_zs = c["max_abs_err_sure"], c["max_sure_se"], c["max_abs_z_sure"]
     draws, sdraws = int(df["risk_draws"].iloc[0]), int(df["sure_draws"].iloc[0])
     claims = [
         [f"Table 2: Theorem 2 risks within 0.25% at n = {n_max}", "≤ 0.25%",
          f"max {100 * max_rel:.3f}% (MC rel. SE ≤ {100 * max_rel_se:.3f}%, max |z| = {max_z:.1f})",
-         _verdict(max_rel <= table2.PAPER_RISK_REL_TOL)],
+         _verdict(c["risks_hold"])],
         [f"Table 2: SURE probabilities within 0.001 at n = {n_max}", "≤ 0.001",
          f"max {max_abs:.5f} (MC SE ≤ {max_se:.5f}, max |z| = {max_zs:.1f})",
-         _verdict(max_abs <= table2.PAPER_SURE_ABS_TOL)],
+         _verdict(c["sure_holds"])],
     ]
     notes = []
     if max_rel > table2.PAPER_RISK_REL_TOL:
@@ -227,7 +214,8 @@ def _table2_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[st
         notes.append(
             "- Finite-n bias: the dual relative error falls "
             + " → ".join(f"{100 * e:+.2f}%" for e in errs)
-            + f" as n grows (ratios {', '.join(f'{r:.1f}' for r in ratios)} per {', '.join(f'{2 ** st:.0f}x' for st in steps)} n), "
+            + f" as n grows (ratios {', '.join(f'{r:.1f}' for r in ratios)} per "
+            f"{', '.join(f'{2 ** st:.0f}x' for st in steps)} n), "
             "the O(1/n) remainder of the local expansion; the dual risk draws are shared across signal "
             "levels, so the dual column's error is nearly the same in every row. At the largest n this "
             "deterministic remainder, not Monte-Carlo noise, is most of the deviation from the limit.")
@@ -383,19 +371,20 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
         t = _timing(results_dir, name + suffix)
         if t["machine"]:
             machine = t["machine"]
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     quick_note = ("\n> **Quick variant**: small CI grids, not the paper's; numbers are smoke-test level.\n"
                   if quick else "")
+    q = " --quick" if quick else ""
     text = f"""# Reproducing the theory experiments (RQ1, Table 2, RQ2 simulation)
 {quick_note}
 Regenerate everything with
 
 ```bash
-asymgeo reproduce all{' --quick' if quick else ''}            # run (resumes; --executor ray --address ADDR to scale out)
-asymgeo reproduce report{' --quick' if quick else ''}         # rewrite this page and docs/figures/
+asymgeo reproduce all{q}            # run (resumes; --executor ray --address ADDR to scale out)
+asymgeo reproduce report{q}         # rewrite this page and docs/figures/
 ```
 
-Configs: `experiments/rq1.toml`, `experiments/table2.toml`, `experiments/rq2.toml` (master seed 20260809;
+Configs: `rq1.toml`, `table2.toml`, `rq2.toml` in `src/asymgeo/experiments/configs/` (master seed 20260809;
 every cell's seeds are derived from it and its coordinates and stored in the results table
 `results/<name>/results.parquet`, with the config and package versions). Generated {now}.
 

@@ -456,7 +456,7 @@ def _split_studies(df: Any) -> tuple[Any, Any]:
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"df: expected a pandas DataFrame of RQ3 cell records, got {type(df).__name__}")
     if "study" not in df.columns:
-        raise ValueError("df: missing column 'study' ('rotation' or 'grid', set in experiments/rq3_*.toml)")
+        raise ValueError("df: missing column 'study' ('rotation' or 'grid', set in the rq3_*.toml configs)")
     bad = sorted(set(df["study"].astype(str)) - {"rotation", "grid"})
     if bad:
         raise ValueError(f"df: unknown study value(s) {bad}; expected 'rotation' or 'grid'")

@@ -1,0 +1,163 @@
+"""The results store: one atomic JSON file per finished cell, and the consolidated table.
+
+Every finished cell is written **atomically** to ``<results>/<name>/cells/<cell_id>.json``
+(``cell_id`` a stable hash of the cell config), so a crash or Ctrl-C loses at most the
+cells in flight and a rerun skips the finished ones.  :func:`consolidate` gathers them
+into ``<results>/<name>/results.parquet`` (CSV when pyarrow is missing) with the config
+columns, the record, the package versions and the cell's wall time.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .._atomic import atomic_path, atomic_write_text
+from .._runtime import json_default
+from .config import Experiment, cell_id
+
+__all__ = [
+    "results_path",
+    "write_cell",
+    "load_records",
+    "consolidate",
+    "read_results",
+    "package_versions",
+]
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded with every cell: python, asymgeo, numpy, scipy."""
+    import numpy
+    import scipy
+
+    from .._version import __version__
+
+    return {
+        "python": platform.python_version(),
+        "asymgeo": __version__,
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+    }
+
+
+
+def results_path(results_dir: str | os.PathLike, name: str) -> Path:
+    """``<results_dir>/<name>``."""
+    return Path(results_dir) / name
+
+
+def write_cell(cells_dir: Path, cid: str, config: dict, record: dict, seconds: float,
+               versions: dict[str, str]) -> None:
+    """Write one finished cell to ``<cells_dir>/<cid>.json`` atomically (config, record, seconds, versions)."""
+    payload = {
+        "cell_id": cid,
+        "config": config,
+        "record": record,
+        "seconds": seconds,
+        "versions": versions,
+        "finished_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    atomic_write_text(cells_dir / f"{cid}.json", json.dumps(payload, default=json_default, allow_nan=True))
+
+
+
+def load_records(results_dir: str | os.PathLike, name: str,
+                 ids: Iterable[str] | None = None) -> dict[str, dict]:
+    """Finished cells of experiment ``name``: ``{cell_id: payload}`` (only ``ids`` if given).
+
+    Temporary files (``.*.tmp``) are never read; an unreadable cell file is treated
+    as missing (it will be recomputed).
+    """
+    cells_dir = results_path(results_dir, name) / "cells"
+    out: dict[str, dict] = {}
+    if not cells_dir.is_dir():
+        return out
+    wanted = set(ids) if ids is not None else None
+    for path in cells_dir.glob("*.json"):
+        cid = path.stem
+        if wanted is not None and cid not in wanted:
+            continue
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if payload.get("cell_id") == cid:
+            out[cid] = payload
+    return out
+
+
+def _flatten(payload: dict) -> dict[str, Any]:
+    row: dict[str, Any] = {"cell_id": payload["cell_id"]}
+    row.update(payload["config"])
+    for key, value in payload["record"].items():
+        row[f"result_{key}" if key in payload["config"] or key == "cell_id" else key] = value
+    row["cell_seconds"] = payload.get("seconds")
+    for pkg, ver in payload.get("versions", {}).items():
+        row[f"version_{pkg}"] = ver
+    row["finished_at"] = payload.get("finished_at")
+    return row
+
+
+def _pandas():
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas is in the experiments extra
+        raise ImportError("the results tables need pandas: pip install 'asymgeo[experiments]'") from exc
+    return pd
+
+
+def consolidate(results_dir: str | os.PathLike, experiment: Experiment, *, fmt: str = "auto") -> Path:
+    """Write the finished cells of ``experiment`` (in grid order) to one results table.
+
+    ``fmt``: ``"parquet"``, ``"csv"`` or ``"auto"`` (Parquet when pyarrow imports).
+    The table is written to a temporary file and renamed into place.  Returns its path.
+    """
+    pd = _pandas()
+
+    configs = experiment.configs()
+    ids = [cell_id(c) for c in configs]
+    payloads = load_records(results_dir, experiment.name, ids)
+    rows = [_flatten(payloads[i]) for i in ids if i in payloads]
+    df = pd.DataFrame(rows)
+    if fmt == "auto":
+        try:
+            import pyarrow  # noqa: F401
+
+            fmt = "parquet"
+        except ImportError:  # pragma: no cover - pyarrow is in the experiments extra
+            fmt = "csv"
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"fmt: expected 'parquet', 'csv' or 'auto', got {fmt!r}")
+    out = results_path(results_dir, experiment.name) / f"results.{fmt}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out, suffix=f".{fmt}.tmp") as tmp:
+        if fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+    other = out.with_suffix(".csv" if fmt == "parquet" else ".parquet")
+    if other.exists():
+        other.unlink()
+    return out
+
+
+def read_results(results_dir: str | os.PathLike, name: str):
+    """Read ``<results_dir>/<name>/results.parquet`` (or ``.csv``) into a DataFrame."""
+    pd = _pandas()
+
+    base = results_path(results_dir, name)
+    if (base / "results.parquet").is_file():
+        return pd.read_parquet(base / "results.parquet")
+    if (base / "results.csv").is_file():
+        return pd.read_csv(base / "results.csv")
+    raise FileNotFoundError(
+        f"{base}: no results table; run `asymgeo reproduce {name.removesuffix('-quick')}"
+        f"{' --quick' if name.endswith('-quick') else ''}` first"
+    )
+
