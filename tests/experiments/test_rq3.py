@@ -30,7 +30,7 @@ from asymgeo.selection import cars_score
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rq3_standin
 
-CONFIGS = Path(__file__).resolve().parents[2] / "experiments"
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "asymgeo" / "experiments" / "configs"
 ENC = "all-MiniLM-L6-v2"
 #: the shipped factory (the module fixture below replaces it with the stand-in)
 REAL_MAKE_ADAPTER = rq3.make_adapter
