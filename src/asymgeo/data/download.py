@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .._atomic import atomic_path
-from .beir import data_root
+from .paths import data_root
 
 __all__ = ["BEIR_BASE_URL", "BEIR_CHECKSUMS", "beir_url", "download_beir", "fetch_url", "file_digest"]
 
