@@ -219,17 +219,20 @@ def _add_evaluate(sub):
     p.add_argument("--k", type=int, default=10, help="metric cut-off (default 10; recall@100 is always added)")
     p.add_argument("--backend", choices=["auto", "numpy", "torch", "faiss"], default="auto",
                    help="search backend (default auto: torch on CUDA, else numpy)")
+    p.add_argument("--ties", choices=["trec_eval", "index"], default="trec_eval",
+                   help="order of exactly equal scores: by document id descending as trec_eval (default) "
+                        "or by lower corpus row")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_run_evaluate)
     return p
 
 
 def _run_evaluate(args) -> int:
-    from .evaluation import evaluate_frozen
+    from .data import evaluate_frozen
     from .metrics import format_metrics
 
     res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
-                          cache_dir=args.cache_dir, backend=args.backend)
+                          cache_dir=args.cache_dir, backend=args.backend, ties=args.ties)
     if args.json:
         _print_json({**res.extra, **res.as_dict()})
         return 0

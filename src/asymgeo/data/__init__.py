@@ -23,6 +23,7 @@ from .cache import (
     verify_cache,
     write_embeddings,
 )
+from .evaluate import TIE_ORDERS, evaluate_frozen
 from .download import BEIR_CHECKSUMS, beir_url, download_beir, fetch_url
 from .encoders import (
     DEFAULT_ENCODER,
@@ -91,6 +92,9 @@ __all__ = [
     "fold_seed",
     "fold_split",
     "nested_subsets",
+    # evaluation
+    "evaluate_frozen",
+    "TIE_ORDERS",
     # triples
     "Triples",
     "load_triples",
