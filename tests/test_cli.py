@@ -349,3 +349,28 @@ def test_subprocess_bad_inputs_have_no_traceback(tmp_path, shared_dir, argv, nee
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert needle in proc.stderr
     shutil.rmtree(tmp_path / "c", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- demo values
+def test_demo_values_against_closed_form_and_theory(capsys):
+    """Population figures equal the closed form; at a large angle and n dual must win.
+
+    With k = 8 planes rotated by t, C = C_q C_d^T has k unit singular values and sym(C)
+    has eigenvalues (1 + cos t)/2 (k of them) and (cos t - 1)/2 (k): the rank-8 dual error
+    is 0 and the shared error keeps the positive half, so gap = G_PSD = k (1 - ((1 + cos t)/2)^2).
+    A demo with the shared and dual columns swapped fails the n = 2048 check.
+    """
+    code, out, err = _run(capsys, ["demo", "--angle", "1.2", "--n", "32", "2048", "--n-test", "300", "--json"])
+    assert code == 0, err
+    res = json.loads(out)
+    closed = 8 * (1 - ((1 + np.cos(1.2)) / 2) ** 2)
+    assert res["population"]["gap"] == pytest.approx(closed, abs=1e-9)
+    assert res["population"]["psd_distance"] == pytest.approx(closed, abs=1e-9)
+    big = res["rows"][-1]
+    assert big["n"] == 2048
+    assert big["ndcg10_dual"] - big["ndcg10_shared"] > 0.03 and big["better_on_test"] == "dual"
+    # with 2048 triples the training gap and the CARS score estimate the population distance
+    assert big["train_gap"] == pytest.approx(closed, abs=0.5)
+    assert big["cars_score"] == pytest.approx(closed, abs=0.5) and big["cars_choice"] == "dual"
+    small = res["rows"][0]
+    assert small["train_gap"] > big["train_gap"]  # noise inflates the plug-in gap at small n

@@ -46,7 +46,11 @@ def _subparser(sub: argparse._SubParsersAction, name: str, help_text: str, examp
 
 
 def _print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_json_default)
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=False, default=_json_default, allow_nan=False)
+    except ValueError as exc:  # NaN / inf: not JSON, and never a figure we should print
+        raise ValueError(f"the result holds a non-finite number ({exc}); refusing to print invalid JSON") from None
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 
