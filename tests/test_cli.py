@@ -210,12 +210,12 @@ def _common(root, cache):
 # (name, argv builder, setup(root, cache, tmp_path), needle in the error line)
 BAD_INPUTS = [
     ("demo memory", lambda r, c: ["demo", "--n", "100000000"], None, "GiB of memory"),
-    ("select one split", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "1", *_common(r, c)],
-     None, "--n-splits"),
+    ("select one split", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "1",
+                                       *_common(r, c)], None, "--n-splits"),
     ("select absurd splits", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "5000000",
                                            *_common(r, c)], None, "--n-splits"),
-    ("reproduce workers 0", lambda r, c: ["reproduce", "rq1", "--quick", "--workers", "0", "--results-dir", str(c / "res")],
-     None, "--workers"),
+    ("reproduce workers 0", lambda r, c: ["reproduce", "rq1", "--quick", "--workers", "0",
+                                          "--results-dir", str(c / "res")], None, "--workers"),
     ("evaluate cache dir is a file", lambda r, c: ["evaluate", "small", "--data-dir", str(r.parent), "--cache-dir",
                                                    str(r / "corpus.jsonl")], None, "expected a folder"),
     ("evaluate empty corpus.npy", lambda r, c: ["evaluate", "small", *_common(r, c)],
@@ -237,14 +237,15 @@ BAD_INPUTS = [
      "relevant document"),
     ("evaluate no such split", lambda r, c: ["evaluate", "small", "--split", "nosuch", *_common(r, c)], None, "nosuch"),
     ("evaluate no such dataset", lambda r, c: ["evaluate", "nosuch", *_common(r, c)], None, "dataset 'nosuch'"),
-    ("evaluate no cache", lambda r, c: ["evaluate", "small", "--data-dir", str(r.parent), "--cache-dir", str(c / "none")],
-     None, "no embedding cache"),
+    ("evaluate no cache", lambda r, c: ["evaluate", "small", "--data-dir", str(r.parent),
+                                        "--cache-dir", str(c / "none")], None, "no embedding cache"),
     ("embed bad device", lambda r, c: ["embed", "small", "--device", "bogus", "--overwrite", *_common(r, c)], None,
      "device: 'bogus'"),
     ("embed truncated corpus line", lambda r, c: ["embed", "small", "--overwrite", *_common(r, c)],
      lambda r, c: (r / "corpus.jsonl").write_text((r / "corpus.jsonl").read_text()[:-30] + "\n"), "invalid JSON"),
     ("embed duplicate id other text", lambda r, c: ["embed", "small", "--overwrite", *_common(r, c)],
-     lambda r, c: (r / "corpus.jsonl").write_text((r / "corpus.jsonl").read_text() + json.dumps(doc("d3", "", "x")) + "\n"),
+     lambda r, c: (r / "corpus.jsonl").write_text((r / "corpus.jsonl").read_text()
+                                                  + json.dumps(doc("d3", "", "x")) + "\n"),
      "duplicate document id 'd3'"),
     ("embed cache dir is a file", lambda r, c: ["embed", "small", "--data-dir", str(r.parent), "--cache-dir",
                                                 str(r / "corpus.jsonl")], None, "expected a folder"),
@@ -317,7 +318,8 @@ def test_select_selector_dim_above_p_is_warned(capsys, small):
     code, out, err = _run(capsys, ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "4",
                                    "--selector-dim", "64", *_common(root, cache)])
     assert code == 0, err
-    assert err.strip().splitlines() == ["asymgeo select: warning: --selector-dim 64 >= p = 8: no random projection applied"]
+    want = "asymgeo select: warning: --selector-dim 64 >= p = 8: no random projection applied"
+    assert err.strip().splitlines() == [want]
 
 
 def test_unexpected_exception_is_one_line(capsys, monkeypatch):

@@ -297,7 +297,8 @@ def test_nfcorpus_tied_documents_reproduce_pytrec_eval(shared_dir):
     binary_ref = _trec_reference(S, qids, emb.corpus_ids, binary, 100)
     assert round(graded_ref, 4) == 0.3159 and round(binary_ref, 4) == 0.3177  # the published MTEB figure
 
-    res = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings", metrics=["ndcg@10", "ndcg_graded@10"])
+    res = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings",
+                          metrics=["ndcg@10", "ndcg_graded@10"])
     assert res.extra["ties"] == "trec_eval"
     assert res.mean["ndcg_graded@10"] == pytest.approx(graded_ref, abs=1e-9)
     assert res.mean["ndcg@10"] == pytest.approx(binary_ref, abs=1e-9)

@@ -407,7 +407,9 @@ class RelevanceTable:
         return np.where(hit, self._vals[pos] if self._vals.size else 0.0, 0.0)
 
 
-def order_ties_by_id(scores: np.ndarray, indices: np.ndarray, corpus_ids: Sequence[str], *, descending: bool = True) -> np.ndarray:
+def order_ties_by_id(
+    scores: np.ndarray, indices: np.ndarray, corpus_ids: Sequence[str], *, descending: bool = True
+) -> np.ndarray:
     """Reorder each ranked row so that exactly equal scores follow their document ids.
 
     trec_eval sorts a run by score descending and breaks exact ties by document id in

@@ -135,13 +135,13 @@ def test_duplicate_document_id_with_different_text_is_an_error(tmp_path):
     root = write_beir(tmp_path / "c", [doc("d1", "", "alpha"), doc("d2"), doc("d1", "", "other")], [query("q1")],
                       {"test": [("q1", "d1", 1)]})
     with pytest.raises(ValueError, match=r"corpus.jsonl, line 3: duplicate document id 'd1' .*than line 1"):
-        load_beir(root).corpus_ids
+        _ = load_beir(root).corpus_ids
 
 
 def test_duplicate_query_id_with_different_text_is_an_error(tmp_path):
     root = write_beir(tmp_path / "c", [doc("d1")], [query("q1", "a"), query("q1", "b")], {"test": [("q1", "d1", 1)]})
     with pytest.raises(ValueError, match=r"queries.jsonl, line 2: duplicate query id 'q1'"):
-        load_beir(root).queries
+        _ = load_beir(root).queries
 
 
 def test_fingerprint_changes_with_texts_and_order(tmp_path):

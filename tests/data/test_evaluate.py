@@ -13,7 +13,6 @@ from beir_fixtures import doc, query, write_beir
 from asymgeo.data import evaluate_frozen, load_beir, load_embeddings, write_embeddings
 
 
-
 def _pytrec_ndcg10(S, qids, cids, qrels):
     run = {}
     for i, q in enumerate(qids):
