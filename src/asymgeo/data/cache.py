@@ -144,7 +144,7 @@ def _load_npy(path: Path, mmap: bool) -> np.ndarray:
     try:
         arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        why = str(exc) or ("empty file" if isinstance(exc, EOFError) else type(exc).__name__)
+        why = "empty or truncated file" if isinstance(exc, EOFError) else (str(exc) or type(exc).__name__)
         raise ValueError(f"{path}: not a readable .npy array ({why})") from None
     if arr.ndim != 2:
         raise ValueError(f"{path}: expected a 2-d (rows, p) array, got shape {arr.shape}")
