@@ -323,7 +323,7 @@ def test_all_zero_queries_counted(tmp_path):
 def test_empty_npy_file_is_a_clear_error(tmp_path):
     path = _unit_cache(tmp_path)
     (path / "corpus.npy").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"corpus.npy: not a readable .npy array \(empty file"):
+    with pytest.raises(ValueError, match=r"corpus.npy: not a readable .npy array \(empty or truncated file\)"):
         load_embeddings("ds", "enc", cache_dir=tmp_path)
 
 
