@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asymgeo.compare import paired_comparison
 from asymgeo.metrics import (
@@ -260,6 +262,23 @@ def test_order_ties_by_id_against_sorted():
     got = order_ties_by_id(scores, idx, ids)
     assert got[0].tolist() == want == [4, 0, 2, 1, 3]  # 'd3' > 'd2' > 'd10' in strcmp order
     assert order_ties_by_id(scores, idx, ids, descending=False)[0].tolist() == [4, 1, 2, 0, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    ids=st.lists(st.text(alphabet="ab19Z", min_size=1, max_size=3), min_size=12, max_size=12, unique=True),
+)
+def test_order_ties_by_id_property(scores, ids):
+    """Any ranking with integer (hence often tied) scores: equals the trec_eval two-pass sort."""
+    from asymgeo.metrics import order_ties_by_id
+
+    n = len(scores)
+    S = np.sort(np.asarray(scores, dtype=np.float32))[::-1][None, :]
+    idx = np.arange(n)[None, :]  # lower-row order within ties, as exact_search returns it
+    by_id = sorted(range(n), key=lambda j: ids[j], reverse=True)
+    want = sorted(by_id, key=lambda j: -S[0, j])  # stable: id descending within a score
+    assert order_ties_by_id(S, idx, ids[:n])[0].tolist() == want
 
 
 def _trec_reference(S, qids, cids, qrels, depth):

@@ -319,7 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = _WarningHandler(args.command)
     lib_logger = logging.getLogger("asymgeo")
     lib_logger.addHandler(handler)
-    if lib_logger.level == logging.NOTSET or lib_logger.level > logging.WARNING:
+    old_level = lib_logger.level
+    if old_level == logging.NOTSET or old_level > logging.WARNING:
         lib_logger.setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
@@ -339,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         lib_logger.removeHandler(handler)
+        lib_logger.setLevel(old_level)
 
 
 if __name__ == "__main__":  # pragma: no cover
