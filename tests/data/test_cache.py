@@ -213,6 +213,29 @@ def test_overwrite_replaces_the_cache_when_complete(seven, tmp_path):
     assert sorted(p.name for p in (cache / "seven").iterdir()) == ["fake-enc"]  # no leftovers
 
 
+def test_replacement_interrupted_between_renames_points_at_the_old_cache(seven, tmp_path, monkeypatch):
+    import asymgeo.data.cache as cache_mod
+
+    cache = tmp_path / "cache"
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
+    real = cache_mod.os.replace
+
+    def crash_on_second(src, dst):
+        if str(src).endswith("fake-enc.partial"):
+            raise KeyboardInterrupt  # the process dies after moving the old cache aside
+        return real(src, dst)
+
+    monkeypatch.setattr(cache_mod.os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), overwrite=True, progress=False)
+    monkeypatch.setattr(cache_mod.os, "replace", real)
+    with pytest.raises(FileNotFoundError, match=r"the previous one is intact in .*\.fake-enc\.old-"):
+        load_embeddings("seven", SPEC, cache_dir=cache)
+    old = next((cache / "seven").glob(".fake-enc.old-*"))
+    assert _snapshot(old) == before
+
+
 def test_cache_dir_that_is_a_file_is_refused(seven, tmp_path):
     f = tmp_path / "file"
     f.write_text("not a folder")

@@ -183,6 +183,12 @@ def load_embeddings(
     path = cache_path(dataset, encoder, cache_dir)
     _check_cache_dirs(path)
     if not path.is_dir():
+        previous = sorted(path.parent.glob(f".{path.name}.old-*")) if path.parent.is_dir() else []
+        if previous:  # a replacement was interrupted between its two renames
+            raise FileNotFoundError(
+                f"{path}: no embedding cache, but the previous one is intact in {previous[-1]} "
+                f"(an interrupted replacement: rename it back to {path.name}, or rerun `asymgeo embed`)"
+            )
         partial = _build_dir(path)
         if partial.is_dir():
             raise FileNotFoundError(
@@ -762,10 +768,10 @@ def encode_dataset(
     timings = _encode_chunks(plan, encoder_obj, progress)
     dim = _assemble_cache(plan)
     _write_meta(plan.build, _cache_meta(plan, dim, encoder_obj, timings, command))
-    shutil.rmtree(plan.parts_dir)
     built = _open_folder(plan.build, mmap=True)
     verify_cache(built, plan.ds, plan.spec)
     validate_embeddings(built)
     del built
     _replace_dir(plan.build, plan.path)
+    shutil.rmtree(plan.path / ".partial", ignore_errors=True)  # the chunks, kept until the swap for a resume
     return load_embeddings(plan.ds, plan.spec, cache_dir=cache_dir)
