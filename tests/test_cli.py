@@ -338,6 +338,7 @@ def test_unexpected_exception_is_one_line(capsys, monkeypatch):
         "asymgeo demo: error: ZeroDivisionError: division by zero (set ASYMGEO_DEBUG=1 for the traceback)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, needle", [
     (["demo", "--n", "100000000"], "GiB of memory"),
     (["embed", "scifact", "--device", "bogus", "--overwrite", "--cache-dir", "CACHE", "--data-dir", "DATA"], "device"),

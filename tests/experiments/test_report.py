@@ -99,6 +99,7 @@ def test_report_verdicts_against_an_independent_computation(quick_results, tmp_p
     assert np.isfinite(sub).all()
 
 
+@pytest.mark.slow
 def test_report_says_no_when_the_results_contradict_the_paper(quick_results, tmp_path):
     import shutil
 

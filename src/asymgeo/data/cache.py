@@ -32,9 +32,15 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
-
 from .beir import BeirDataset, load_beir
-from .encoders import EncoderSpec, TextEncoder, check_device, get_encoder, l2_normalize, load_encoder
+from .encoders import (
+    EncoderSpec,
+    TextEncoder,
+    check_device,
+    get_encoder,
+    l2_normalize,
+    load_encoder,
+)
 from .paths import cache_root
 
 __all__ = [
@@ -237,8 +243,12 @@ def _open_folder(path: Path, mmap: bool) -> EmbeddingCache:
     if isinstance(shapes, dict):
         for key, arr in (("corpus", corpus), ("queries", queries)):
             if key in shapes and list(shapes[key]) != list(arr.shape):
-                raise ValueError(f"{path / 'meta.json'}: shapes.{key} = {shapes[key]} but {key}.npy has shape {list(arr.shape)}")
-    return EmbeddingCache(path=path, corpus=corpus, queries=queries, corpus_ids=corpus_ids, query_ids=query_ids, meta=meta)
+                raise ValueError(
+                    f"{path / 'meta.json'}: shapes.{key} = {shapes[key]} but {key}.npy has shape {list(arr.shape)}"
+                )
+    return EmbeddingCache(
+        path=path, corpus=corpus, queries=queries, corpus_ids=corpus_ids, query_ids=query_ids, meta=meta
+    )
 
 
 def _check_cache_dirs(path: Path) -> None:
@@ -294,7 +304,9 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
         for fname in ("corpus_ids.txt", "query_ids.txt"):
             want = files.get(fname) if isinstance(files, dict) else None
             if want is not None and file_sha256(cache.path / fname) != want:
-                raise ValueError(f"{cache.path / fname}: changed since the cache was written (checksum differs); {hint}")
+                raise ValueError(
+                    f"{cache.path / fname}: changed since the cache was written (checksum differs); {hint}"
+                )
         now = dataset.fingerprint()
         was = fp.get("dataset", {})
         for key, what in (
@@ -308,7 +320,8 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
             if was.get(key) != now[key]:
                 extra = f" ({was.get(key)} in the cache, {now[key]} now)" if key.startswith("n_") else ""
                 raise ValueError(
-                    f"{cache.path}: stale cache, the {what} of {dataset.path} changed since it was encoded{extra}; {hint}"
+                    f"{cache.path}: stale cache, the {what} of {dataset.path} changed since it was encoded"
+                    f"{extra}; {hint}"
                 )
         if encoder is not None and isinstance(fp.get("encoder"), dict):
             spec = get_encoder(encoder).describe()
@@ -359,7 +372,8 @@ def validate_embeddings(cache: EmbeddingCache, *, block_rows: int = 65536) -> No
         2: "an all-zero vector",
         3: f"norm far from 1 though meta.json says normalised (tolerance {NORM_TOLERANCE})",
     }
-    for name, arr, ids in (("queries.npy", cache.queries, cache.query_ids), ("corpus.npy", cache.corpus, cache.corpus_ids)):
+    parts = (("queries.npy", cache.queries, cache.query_ids), ("corpus.npy", cache.corpus, cache.corpus_ids))
+    for name, arr, ids in parts:
         if arr.shape[0] == 0:
             raise ValueError(f"{cache.path / name}: no rows (rebuild the cache with `asymgeo embed ... --overwrite`)")
         first: tuple[int, int, float] | None = None
@@ -628,7 +642,8 @@ def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total, initial=done_rows, unit="text", desc=f"embed {plan.ds.name} / {spec.name}", file=sys.stderr)
+        bar = tqdm(total=total, initial=done_rows, unit="text", desc=f"embed {plan.ds.name} / {spec.name}",
+                   file=sys.stderr)
     timings: dict[str, float] = {}
     dim: int | None = None
     try:
@@ -644,7 +659,8 @@ def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[
                     raise ValueError(f"encoder {spec.name!r}: dimension changed from {dim} to {E.shape[1]}")
                 if not np.isfinite(E).all():
                     bad = int(np.flatnonzero(~np.isfinite(E).all(axis=1))[0])
-                    raise ValueError(f"encoder {spec.name!r}: non-finite embedding for {kind} row {i * plan.chunk_size + bad}")
+                    row = i * plan.chunk_size + bad
+                    raise ValueError(f"encoder {spec.name!r}: non-finite embedding for {kind} row {row}")
                 dim = E.shape[1]
                 if spec.normalize:
                     E = l2_normalize(E)
@@ -675,7 +691,9 @@ def _assemble_cache(plan: _EncodePlan) -> int:
     return dim
 
 
-def _cache_meta(plan: _EncodePlan, dim: int, encoder_obj: Any, timings: dict[str, float], command: str | None) -> dict[str, Any]:
+def _cache_meta(
+    plan: _EncodePlan, dim: int, encoder_obj: Any, timings: dict[str, float], command: str | None
+) -> dict[str, Any]:
     """Step 6: ``meta.json``: model, versions, conventions, shapes, fingerprint, command."""
     spec, ds = plan.spec, plan.ds
     info: dict[str, Any] = dict(encoder_obj.info()) if hasattr(encoder_obj, "info") else {}
