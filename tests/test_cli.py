@@ -155,3 +155,225 @@ def test_argparse_type_errors_exit_2_without_traceback(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--rank" in err
+
+
+# --------------------------------------------------------------------------- bad inputs, every subcommand
+import hashlib  # noqa: E402
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from asymgeo.data import EncoderSpec, encode_dataset, write_embeddings  # noqa: E402
+
+_TESTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(_TESTS / "data"))
+from beir_fixtures import doc, query, write_beir  # noqa: E402
+
+N_DOCS, N_QUERIES, DIM = 40, 12, 8
+
+
+def _unit_rows(n, seed):
+    V = np.random.default_rng(seed).standard_normal((n, DIM))
+    return V / np.linalg.norm(V, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def small(tmp_path):
+    """A clean 40-document dataset with a legacy-style cache (no fingerprint) under cache/."""
+    docs = [doc(f"d{i}", "", f"text {i}") for i in range(N_DOCS)]
+    qs = [query(f"q{i}", f"ask {i}") for i in range(N_QUERIES)]
+    rows = [(f"q{i}", f"d{i}", 1) for i in range(N_QUERIES)] + [("q0", "d20", 2)]
+    qrels = {"test": rows, "dev": rows}
+    root = write_beir(tmp_path / "data" / "small", docs, qs, qrels)
+    cache = tmp_path / "cache"
+    write_embeddings(cache / "small" / "all-MiniLM-L6-v2", _unit_rows(N_DOCS, 1), [f"d{i}" for i in range(N_DOCS)],
+                     _unit_rows(N_QUERIES, 2), [f"q{i}" for i in range(N_QUERIES)], {"normalised": True})
+    return root, cache
+
+
+def _cache_file(cache, name):
+    return cache / "small" / "all-MiniLM-L6-v2" / name
+
+
+def _set_row(cache, name, row, value):
+    f = _cache_file(cache, name)
+    A = np.load(f)
+    A[row] = value
+    np.save(f, A)
+
+
+def _common(root, cache):
+    return ["--data-dir", str(root.parent), "--cache-dir", str(cache)]
+
+
+# (name, argv builder, setup(root, cache, tmp_path), needle in the error line)
+BAD_INPUTS = [
+    ("demo memory", lambda r, c: ["demo", "--n", "100000000"], None, "GiB of memory"),
+    ("select one split", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "1",
+                                       *_common(r, c)], None, "--n-splits"),
+    ("select absurd splits", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "5000000",
+                                           *_common(r, c)], None, "--n-splits"),
+    ("reproduce workers 0", lambda r, c: ["reproduce", "rq1", "--quick", "--workers", "0",
+                                          "--results-dir", str(c / "res")], None, "--workers"),
+    ("evaluate cache dir is a file", lambda r, c: ["evaluate", "small", "--data-dir", str(r.parent), "--cache-dir",
+                                                   str(r / "corpus.jsonl")], None, "expected a folder"),
+    ("evaluate empty corpus.npy", lambda r, c: ["evaluate", "small", *_common(r, c)],
+     lambda r, c: _cache_file(c, "corpus.npy").write_bytes(b""), "not a readable .npy"),
+    ("evaluate zero queries", lambda r, c: ["evaluate", "small", *_common(r, c)],
+     lambda r, c: _set_row(c, "queries.npy", slice(None), 0.0), "all-zero vector"),
+    ("evaluate norm 1000", lambda r, c: ["evaluate", "small", *_common(r, c)],
+     lambda r, c: _set_row(c, "corpus.npy", 7, 1000.0 / np.sqrt(DIM)), "row 7 (id 'd7'): norm far from 1"),
+    ("select norm 1000", lambda r, c: ["select", "small", "--rank", "2", "--split", "dev", *_common(r, c)],
+     lambda r, c: _set_row(c, "corpus.npy", 7, 1000.0 / np.sqrt(DIM)), "row 7 (id 'd7')"),
+    ("evaluate reduced dataset", lambda r, c: ["evaluate", "small", *_common(r, c)],
+     lambda r, c: (r / "corpus.jsonl").write_text("".join((r / "corpus.jsonl").read_text().splitlines(True)[:30])),
+     "30 documents; the cache is stale"),
+    ("evaluate swapped ids", lambda r, c: ["evaluate", "small", *_common(r, c)],
+     lambda r, c: _cache_file(c, "corpus_ids.txt").write_text(
+         "d1\nd0\n" + "".join(f"d{i}\n" for i in range(2, N_DOCS))), "line 1: id 'd1'"),
+    ("evaluate negative grades", lambda r, c: ["evaluate", "small", "--json", *_common(r, c)],
+     lambda r, c: (r / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t-1\nq2\td2\t-3\n"),
+     "relevant document"),
+    ("evaluate no such split", lambda r, c: ["evaluate", "small", "--split", "nosuch", *_common(r, c)], None, "nosuch"),
+    ("evaluate no such dataset", lambda r, c: ["evaluate", "nosuch", *_common(r, c)], None, "dataset 'nosuch'"),
+    ("evaluate no cache", lambda r, c: ["evaluate", "small", "--data-dir", str(r.parent),
+                                        "--cache-dir", str(c / "none")], None, "no embedding cache"),
+    ("embed bad device", lambda r, c: ["embed", "small", "--device", "bogus", "--overwrite", *_common(r, c)], None,
+     "device: 'bogus'"),
+    ("embed truncated corpus line", lambda r, c: ["embed", "small", "--overwrite", *_common(r, c)],
+     lambda r, c: (r / "corpus.jsonl").write_text((r / "corpus.jsonl").read_text()[:-30] + "\n"), "invalid JSON"),
+    ("embed duplicate id other text", lambda r, c: ["embed", "small", "--overwrite", *_common(r, c)],
+     lambda r, c: (r / "corpus.jsonl").write_text((r / "corpus.jsonl").read_text()
+                                                  + json.dumps(doc("d3", "", "x")) + "\n"),
+     "duplicate document id 'd3'"),
+    ("embed cache dir is a file", lambda r, c: ["embed", "small", "--data-dir", str(r.parent), "--cache-dir",
+                                                str(r / "corpus.jsonl")], None, "expected a folder"),
+    ("embed bad chunk size", lambda r, c: ["embed", "small", "--chunk-size", "0", "--overwrite", *_common(r, c)], None,
+     "chunk_size"),
+]
+
+
+def _snapshot(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("name, argv, setup, needle", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_table_one_line_exit_2(capsys, small, name, argv, setup, needle):
+    root, cache = small
+    if setup is not None:
+        setup(root, cache)
+    before = _snapshot(cache / "small" / "all-MiniLM-L6-v2")
+    code, out, err = _run(capsys, argv(root, cache))
+    lines = err.strip().splitlines()
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and "nan" not in out.lower()
+    assert len(lines) == 1 and lines[0].startswith(f"asymgeo {argv(root, cache)[0]}: error:"), err
+    assert needle in lines[0], lines[0]
+    assert _snapshot(cache / "small" / "all-MiniLM-L6-v2") == before  # nothing on disk was damaged
+
+
+@pytest.mark.parametrize("command", _subcommands())
+def test_every_subcommand_refuses_a_missing_dataset_without_traceback(capsys, tmp_path, command):
+    try:
+        code = main([command, str(tmp_path / "no-such-thing")])
+    except SystemExit as exc:  # argparse: a required option is missing
+        code = exc.code
+    _, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in err and err.strip()
+
+
+def test_embed_stale_cache_is_not_reported_done(capsys, small):
+    root, cache = small
+    spec = EncoderSpec("fake-enc", "fake/model")
+
+    class Enc:
+        def encode(self, texts):
+            return np.stack([_unit_rows(1, int(hashlib.sha256(t.encode()).hexdigest()[:8], 16))[0] for t in texts])
+
+    encode_dataset(root, spec, cache_dir=cache, model=Enc(), progress=False)
+    (root / "corpus.jsonl").write_text((root / "corpus.jsonl").read_text().replace('"text 5"', '"text five"'))
+    code, out, err = _run(capsys, ["embed", "small", "--encoder", "fake-enc", *_common(root, cache)])
+    assert code == 2 and out == ""
+    assert "stale cache, the document texts" in err and "--overwrite" in err
+
+
+def test_dataset_faults_are_warned_once_per_kind(capsys, small):
+    root, cache = small
+    corpus = (root / "corpus.jsonl").read_text()
+    lines = corpus.splitlines(True)
+    (root / "corpus.jsonl").write_text(corpus + lines[3] + lines[4] + lines[4])  # 3 duplicate rows, same text
+    (root / "qrels" / "test.tsv").write_text((root / "qrels" / "test.tsv").read_text() + "q1\tgone\t1\nq2\tgone2\t1\n")
+    code, out, err = _run(capsys, ["evaluate", "small", *_common(root, cache)])
+    assert code == 0, err
+    warnings_ = [x for x in err.splitlines() if x.startswith("asymgeo evaluate: warning:")]
+    assert len(warnings_) == 2, err
+    assert any("duplicate document ids" in w and ": 3" in w for w in warnings_)
+    assert any("absent from corpus.jsonl" in w and ": 2" in w for w in warnings_)
+    assert "ndcg@10" in out
+
+
+def test_select_selector_dim_above_p_is_warned(capsys, small):
+    root, cache = small
+    code, out, err = _run(capsys, ["select", "small", "--rank", "2", "--split", "dev", "--n-splits", "4",
+                                   "--selector-dim", "64", *_common(root, cache)])
+    assert code == 0, err
+    want = "asymgeo select: warning: --selector-dim 64 >= p = 8: no random projection applied"
+    assert err.strip().splitlines() == [want]
+
+
+def test_unexpected_exception_is_one_line(capsys, monkeypatch):
+    import asymgeo.cli as cli
+
+    def boom(args):
+        raise ZeroDivisionError("division by zero")
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["demo"])
+    monkeypatch.setattr(cli, "build_parser", lambda: type("P", (), {"parse_args": lambda self, a: args})())
+    monkeypatch.setattr(args, "func", boom)
+    monkeypatch.delenv("ASYMGEO_DEBUG", raising=False)
+    code, _, err = _run(capsys, ["demo"])
+    assert code == 2 and err.strip() == (
+        "asymgeo demo: error: ZeroDivisionError: division by zero (set ASYMGEO_DEBUG=1 for the traceback)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv, needle", [
+    (["demo", "--n", "100000000"], "GiB of memory"),
+    (["embed", "scifact", "--device", "bogus", "--overwrite", "--cache-dir", "CACHE", "--data-dir", "DATA"], "device"),
+])
+def test_subprocess_bad_inputs_have_no_traceback(tmp_path, shared_dir, argv, needle):
+    exe = os.path.join(os.path.dirname(sys.executable), "asymgeo")
+    cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "asymgeo"]
+    argv = [str(tmp_path / "c") if a == "CACHE" else str(shared_dir / "data") if a == "DATA" else a for a in argv]
+    proc = subprocess.run(cmd + argv, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert needle in proc.stderr
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- demo values
+def test_demo_values_against_closed_form_and_theory(capsys):
+    """Population figures equal the closed form; at a large angle and n dual must win.
+
+    With k = 8 planes rotated by t, C = C_q C_d^T has k unit singular values and sym(C)
+    has eigenvalues (1 + cos t)/2 (k of them) and (cos t - 1)/2 (k): the rank-8 dual error
+    is 0 and the shared error keeps the positive half, so gap = G_PSD = k (1 - ((1 + cos t)/2)^2).
+    A demo with the shared and dual columns swapped fails the n = 2048 check.
+    """
+    code, out, err = _run(capsys, ["demo", "--angle", "1.2", "--n", "32", "2048", "--n-test", "300", "--json"])
+    assert code == 0, err
+    res = json.loads(out)
+    closed = 8 * (1 - ((1 + np.cos(1.2)) / 2) ** 2)
+    assert res["population"]["gap"] == pytest.approx(closed, abs=1e-9)
+    assert res["population"]["psd_distance"] == pytest.approx(closed, abs=1e-9)
+    big = res["rows"][-1]
+    assert big["n"] == 2048
+    assert big["ndcg10_dual"] - big["ndcg10_shared"] > 0.03 and big["better_on_test"] == "dual"
+    # with 2048 triples the training gap and the CARS score estimate the population distance
+    assert big["train_gap"] == pytest.approx(closed, abs=0.5)
+    assert big["cars_score"] == pytest.approx(closed, abs=0.5) and big["cars_choice"] == "dual"
+    small = res["rows"][0]
+    assert small["train_gap"] > big["train_gap"]  # noise inflates the plug-in gap at small n

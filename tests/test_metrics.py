@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from asymgeo.compare import paired_comparison
 from asymgeo.metrics import (
@@ -16,9 +17,6 @@ from asymgeo.metrics import (
     format_metrics,
     parse_metric,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 
 
 # --------------------------------------------------------------------------- hand calculations
@@ -234,20 +232,114 @@ def test_paired_comparison_dicts_and_errors():
         paired_comparison([1.0, np.nan], [1.0, 2.0])
 
 
+# --------------------------------------------------------------------------- NaN, grades, ties
+def test_every_grade_is_checked_not_only_the_first():
+    qrels = {"q": {"a": 1, "b": float("nan")}}
+    with pytest.raises(ValueError, match=r"qrels\['q'\]\['b'\]: grade must be a finite number"):
+        evaluate_run({"q": {"a": 1.0}}, qrels, "ndcg@10")
+    with pytest.raises(ValueError, match=r"qrels\['q'\]\['b'\]"):
+        RelevanceTable(qrels, ["q"], ["a", "b"])
+
+
+def test_no_evaluable_query_is_an_error_not_nan():
+    qrels = {"q1": {"a": -1, "b": -2}, "q2": {"a": 0}}
+    with pytest.raises(ValueError, match=r"none of the 2 judged queries has a relevant document"):
+        evaluate_run({"q1": {"a": 1.0}, "q2": {"b": 1.0}}, qrels, "ndcg@10")
+    table = RelevanceTable(qrels, ["q1", "q2"], ["a", "b"])
+    with pytest.raises(ValueError, match="no metric can be computed"):
+        evaluate_indices(np.array([[0, 1], [1, 0]]), table, "ndcg@2")
+
+
+def test_order_ties_by_id_against_sorted():
+    from asymgeo.metrics import order_ties_by_id
+
+    ids = ["d3", "d10", "d2", "x", "d1"]
+    scores = np.array([[3.0, 2.0, 2.0, 2.0, 1.0]])
+    idx = np.array([[4, 0, 1, 2, 3]])
+    # independent: Python's sort on (score desc, id desc) of the same pairs
+    pairs = sorted(zip(idx[0].tolist(), scores[0].tolist()), key=lambda t: ids[t[0]], reverse=True)
+    want = [i for i, _ in sorted(pairs, key=lambda t: -t[1])]  # stable: id descending within a score
+    got = order_ties_by_id(scores, idx, ids)
+    assert got[0].tolist() == want == [4, 0, 2, 1, 3]  # 'd3' > 'd2' > 'd10' in strcmp order
+    assert order_ties_by_id(scores, idx, ids, descending=False)[0].tolist() == [4, 1, 2, 0, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    ids=st.lists(st.text(alphabet="ab19Z", min_size=1, max_size=3), min_size=12, max_size=12, unique=True),
+)
+def test_order_ties_by_id_property(scores, ids):
+    """Any ranking with integer (hence often tied) scores: equals the trec_eval two-pass sort."""
+    from asymgeo.metrics import order_ties_by_id
+
+    n = len(scores)
+    S = np.sort(np.asarray(scores, dtype=np.float32))[::-1][None, :]
+    idx = np.arange(n)[None, :]  # lower-row order within ties, as exact_search returns it
+    by_id = sorted(range(n), key=lambda j: ids[j], reverse=True)
+    want = sorted(by_id, key=lambda j: -S[0, j])  # stable: id descending within a score
+    assert order_ties_by_id(S, idx, ids[:n])[0].tolist() == want
+
+
+def _trec_reference(S, qids, cids, qrels, depth):
+    """pytrec_eval on a run of every document scoring at least the depth-th score (ties kept whole)."""
+    import pytrec_eval
+
+    run = {}
+    for i, q in enumerate(qids):
+        row = S[i]
+        thr = np.partition(row, -depth)[-depth]
+        keep = np.flatnonzero(row >= thr)
+        run[q] = {cids[j]: float(row[j]) for j in keep}
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})
+    res = ev.evaluate(run)
+    return float(np.mean([res[q]["ndcg_cut_10"] for q in qrels]))
+
+
+@pytest.mark.slow
+def test_nfcorpus_tied_documents_reproduce_pytrec_eval(shared_dir):
+    """NFCorpus has documents with identical embeddings: trec_eval order by default."""
+    from asymgeo.data import evaluate_frozen, load_beir, load_embeddings
+
+    ds = load_beir(shared_dir / "data" / "nfcorpus")
+    emb = load_embeddings(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    qrels = ds.qrels("test")
+    qids = list(qrels)
+    Q = np.asarray(emb.queries[emb.query_rows(qids)], dtype=np.float32)
+    C = np.asarray(emb.corpus, dtype=np.float32)
+    S = Q @ C.T  # float32 scores, the same numbers trec_eval is given
+    # the data really has exact ties inside the top 10 (else this test could not fail)
+    top = -np.sort(-S, axis=1)[:, :11]
+    assert (top[:, :-1] == top[:, 1:]).any()
+    graded_ref = _trec_reference(S, qids, emb.corpus_ids, qrels, 100)
+    binary = {q: {d: int(g >= 1) for d, g in docs.items()} for q, docs in qrels.items()}
+    binary_ref = _trec_reference(S, qids, emb.corpus_ids, binary, 100)
+    assert round(graded_ref, 4) == 0.3159 and round(binary_ref, 4) == 0.3177  # the published MTEB figure
+
+    res = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings",
+                          metrics=["ndcg@10", "ndcg_graded@10"])
+    assert res.extra["ties"] == "trec_eval"
+    assert res.mean["ndcg_graded@10"] == pytest.approx(graded_ref, abs=1e-9)
+    assert res.mean["ndcg@10"] == pytest.approx(binary_ref, abs=1e-9)
+    lower = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings",
+                            metrics=["ndcg@10", "ndcg_graded@10"], ties="index")
+    assert lower.mean["ndcg_graded@10"] != pytest.approx(graded_ref, abs=1e-5)  # the other order differs here
+    assert round(lower.mean["ndcg_graded@10"], 4) == 0.3167 and round(lower.mean["ndcg@10"], 4) == 0.3184
+
+
 # --------------------------------------------------------------------------- SciFact
-@pytest.mark.skipif(not (SHARED / "embeddings" / "scifact" / "all-MiniLM-L6-v2").exists(), reason="shared embeddings absent")
-def test_scifact_minilm_ndcg_matches_published_check():
+def test_scifact_minilm_ndcg_matches_published_check(shared_dir):
     import csv
 
     from asymgeo.search import exact_search
 
-    emb = SHARED / "embeddings" / "scifact" / "all-MiniLM-L6-v2"
+    emb = shared_dir / "embeddings" / "scifact" / "all-MiniLM-L6-v2"
     C = np.load(emb / "corpus.npy", mmap_mode="r")
     Q = np.load(emb / "queries.npy")
     cids = (emb / "corpus_ids.txt").read_text().split()
     qids = (emb / "query_ids.txt").read_text().split()
     qrels: dict[str, dict[str, int]] = {}
-    with open(SHARED / "data" / "scifact" / "qrels" / "test.tsv") as fh:
+    with open(shared_dir / "data" / "scifact" / "qrels" / "test.tsv") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
             qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
     _, idx = exact_search(Q, C, 100)
@@ -258,14 +350,13 @@ def test_scifact_minilm_ndcg_matches_published_check():
     assert res.mean["recall@100"] == pytest.approx(0.925, abs=1e-9)
 
 
-@pytest.mark.skipif(not (SHARED / "embeddings" / "scifact" / "all-MiniLM-L6-v2").exists(), reason="shared embeddings absent")
-def test_cli_evaluate_scifact(capsys):
+def test_cli_evaluate_scifact(capsys, shared_dir):
     import json
 
     from asymgeo.cli import main
 
-    args = ["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(SHARED / "data"),
-            "--cache-dir", str(SHARED / "embeddings")]
+    args = ["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(shared_dir / "data"),
+            "--cache-dir", str(shared_dir / "embeddings")]
     assert main(args + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["n_queries"] == 300 and out["n_docs"] == 5183

@@ -56,8 +56,10 @@ def test_cars_matches_naive_with_explicit_splits(method, n, p, r):
     res = cars_score(X, Yp, Yn, r, splits=splits, solver=method)
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
     assert res.n == n and res.rank == r and res.n_splits == 6
-    np.testing.assert_allclose(res.terms, res.agreement - res.disagreement / 4)
-    assert res.choice == ("dual" if res.score > 0 else "shared")
+    naive = naive_cars_score(X, Yp, Yn, r, splits)
+    np.testing.assert_allclose(res.terms, naive[1] - naive[2] / 4, rtol=1e-6, atol=1e-9 * max(1.0, abs(naive[0])))
+    if abs(naive[0]) > 1e-9:  # the decision follows the sign of the independently computed score
+        assert res.choice == ("dual" if naive[0] > 0 else "shared")
 
 
 @pytest.mark.parametrize("method", ["dense", "krylov"])
@@ -185,8 +187,7 @@ def test_cars_choice_follows_sign():
     Xs = rng.standard_normal((12, 6))
     Ys = Xs + 2.0 * rng.standard_normal((12, 6))
     res2 = cars_score(Xs, Ys, rng.standard_normal((12, 6)), 3, n_splits=10, seed=1)
-    assert res2.choice == ("dual" if res2.score > 0 else "shared")
-    assert res2.choice == "shared"
+    assert res2.choice == "shared" and res2.score < 0
 
 
 def test_residual_factors_reconstruct_V():

@@ -2,14 +2,19 @@
 
 Each subcommand is a pair ``_add_<name>(subparsers)`` / ``_run_<name>(args)``; the
 ``_run_`` function does argument plumbing and printing only, calling one or two
-library functions.  Errors the library raises (``ValueError``, ``FileNotFoundError``,
-``ImportError`` for a missing extra) become one line on stderr and exit code 2.
+library functions.  Errors the library raises (``ValueError``, ``TypeError``, ``OSError``
+such as ``FileNotFoundError``, ``ImportError`` for a missing extra, ``MemoryError``) become
+one line on stderr and exit code 2; any other exception too (its type named; set
+``ASYMGEO_DEBUG=1`` for the traceback).  Library warnings (``logging``, e.g. dataset
+faults) are shown as one ``asymgeo CMD: warning: ...`` line each.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -42,7 +47,11 @@ def _subparser(sub: argparse._SubParsersAction, name: str, help_text: str, examp
 
 
 def _print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=json_default)
+    try:
+        text = json.dumps(obj, indent=2, sort_keys=False, default=json_default, allow_nan=False)
+    except ValueError as exc:  # NaN / inf: not JSON, and never a figure we should print
+        raise ValueError(f"the result holds a non-finite number ({exc}); refusing to print invalid JSON") from None
+    sys.stdout.write(text)
     sys.stdout.write("\n")
 
 
@@ -103,9 +112,10 @@ def _add_embed(sub):
 
 
 def _run_embed(args) -> int:
-    from .data import encode_dataset, load_beir
+    from .data import encode_dataset, load_beir, warn_faults
 
     ds = load_beir(args.dataset, data_dir=args.data_dir, download=args.download)
+    warn_faults(ds)
     cache = encode_dataset(
         ds, args.encoder, cache_dir=args.cache_dir, device=args.device, batch_size=args.batch_size,
         chunk_size=args.chunk_size, overwrite=args.overwrite,
@@ -115,6 +125,9 @@ def _run_embed(args) -> int:
 
 
 # --------------------------------------------------------------------------- select
+_MAX_SPLITS = 10_000  # the standard error is settled long before; more only burns minutes
+
+
 @_command("select")
 def _add_select(sub):
     p = _subparser(
@@ -126,7 +139,7 @@ def _add_select(sub):
     _add_data_args(p)
     p.add_argument("--rank", type=int, required=True, help="fitted rank r")
     p.add_argument("--split", default="train", help="train, validation, test or a qrels split (default train)")
-    p.add_argument("--n-splits", type=int, default=20, help="CARS half-splits L (default 20)")
+    p.add_argument("--n-splits", type=int, default=20, help="CARS half-splits L, 2 to 10,000 (default 20)")
     p.add_argument("--selector-dim", type=int, default=None, help="fixed random projection dimension (paper: 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the half-splits (default 0)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -139,7 +152,13 @@ def _run_select(args) -> int:
     from .geometry import approximation_gap, relevance_moment
     from .selection import cars_score
 
+    if not 2 <= args.n_splits <= _MAX_SPLITS:
+        raise ValueError(f"--n-splits: expected 2 to {_MAX_SPLITS:,} half-splits (a standard error needs at least 2), "
+                         f"got {args.n_splits}")
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
+    if args.selector_dim is not None and args.selector_dim >= tr.dim:
+        print(f"asymgeo select: warning: --selector-dim {args.selector_dim} >= p = {tr.dim}: "
+              "no random projection applied", file=sys.stderr)
     res = cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed, selector_dim=args.selector_dim)
     gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
     if args.json:
@@ -179,6 +198,8 @@ def _run_reproduce(args) -> int:
     from .experiments.report import reproduce
     from .experiments.runner import SweepError
 
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers: expected a positive number of processes, got {args.workers}")
     command = " ".join(["asymgeo", *sys.argv[1:]]) if sys.argv and sys.argv[0] else None
     try:
         out = reproduce(args.name, quick=args.quick, executor=args.executor, address=args.address,
@@ -210,17 +231,20 @@ def _add_evaluate(sub):
     p.add_argument("--k", type=int, default=10, help="metric cut-off (default 10; recall@100 is always added)")
     p.add_argument("--backend", choices=["auto", "numpy", "torch", "faiss"], default="auto",
                    help="search backend (default auto: torch on CUDA, else numpy)")
+    p.add_argument("--ties", choices=["trec_eval", "index"], default="trec_eval",
+                   help="order of exactly equal scores: by document id descending as trec_eval (default) "
+                        "or by lower corpus row")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_run_evaluate)
     return p
 
 
 def _run_evaluate(args) -> int:
-    from .evaluation import evaluate_frozen
+    from .data import evaluate_frozen
     from .metrics import format_metrics
 
     res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
-                          cache_dir=args.cache_dir, backend=args.backend)
+                          cache_dir=args.cache_dir, backend=args.backend, ties=args.ties)
     if args.json:
         _print_json({**res.extra, **res.as_dict()})
         return 0
@@ -249,21 +273,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _WarningHandler(logging.Handler):
+    """Library warnings as one ``asymgeo CMD: warning: ...`` line each on the current stderr."""
+
+    def __init__(self, command: str):
+        super().__init__(level=logging.WARNING)
+        self.command = command
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage().strip().splitlines()
+        except Exception:  # noqa: BLE001 - a broken log call must not end the command
+            msg = [str(record.msg)]
+        print(f"asymgeo {self.command}: warning: {msg[0] if msg else ''}", file=sys.stderr)
+
+
+def _error_line(exc: BaseException) -> str:
+    """The first line of an exception's message (``KeyError`` without its quotes)."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    text = text.strip().splitlines()[0] if text.strip() else ""
+    if isinstance(exc, MemoryError):
+        return f"out of memory{': ' + text if text else ''} (use smaller sizes)"
+    if isinstance(exc, OSError) and not text and exc.filename:
+        return f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
+        return f"{exc.filename}: {exc.strerror or text}"
+    return text or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    handler = _WarningHandler(args.command)
+    lib_logger = logging.getLogger("asymgeo")
+    lib_logger.addHandler(handler)
+    old_level = lib_logger.level
+    if old_level == logging.NOTSET or old_level > logging.WARNING:
+        lib_logger.setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, ImportError, TypeError, KeyError) as exc:
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"asymgeo {args.command}: error: {msg}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"asymgeo {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (ValueError, TypeError, KeyError, OSError, EOFError, ImportError, MemoryError) as exc:
+        # bad input: a dataset, cache, argument or missing extra (OSError covers
+        # FileNotFoundError, NotADirectoryError, PermissionError, disk full)
+        print(f"asymgeo {args.command}: error: {_error_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - never a traceback; name the type so a bug can be reported
+        if os.environ.get("ASYMGEO_DEBUG"):
+            raise
+        print(f"asymgeo {args.command}: error: {type(exc).__name__}: {_error_line(exc)} "
+              "(set ASYMGEO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 2
+    finally:
+        lib_logger.removeHandler(handler)
+        lib_logger.setLevel(old_level)
 
 
 if __name__ == "__main__":  # pragma: no cover

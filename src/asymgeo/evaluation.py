@@ -1,22 +1,17 @@
-"""Evaluate frozen embeddings (optionally through an operator) on a BEIR split.
+"""Default metric lists for evaluating retrieval runs.
 
-Glue between the data layer (:mod:`asymgeo.data`) and retrieval
-(:mod:`asymgeo.search`, :mod:`asymgeo.metrics`): rank the whole corpus by exact
-inner product for the split's judged queries, then score the ranking.
+The dataset-aware :func:`evaluate_frozen` moved to :mod:`asymgeo.data.evaluate` (it reads
+files, so it belongs to the data layer, which sits above retrieval);
+``asymgeo.evaluation.evaluate_frozen`` still works for one release and warns.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
+import importlib
+import warnings
 from typing import Any
 
-import numpy as np
-
-from .metrics import EvalResult, RelevanceTable, evaluate_indices
-from .search import exact_search
-
-__all__ = ["default_metrics", "evaluate_frozen"]
+__all__ = ["default_metrics"]
 
 
 def default_metrics(k: int = 10) -> list[str]:
@@ -27,56 +22,14 @@ def default_metrics(k: int = 10) -> list[str]:
     return out
 
 
-def evaluate_frozen(
-    dataset: Any,
-    encoder: str,
-    *,
-    split: str = "test",
-    k: int = 10,
-    metrics: Sequence[str] | None = None,
-    data_dir: str | os.PathLike | None = None,
-    cache_dir: str | os.PathLike | None = None,
-    operator: Any = None,
-    backend: str = "auto",
-) -> EvalResult:
-    """NDCG@k and friends of a frozen encoder on one split (full-corpus exact search).
-
-    Parameters
-    ----------
-    dataset : name under ``data_dir`` or a BEIR folder (see :func:`asymgeo.data.load_beir`).
-    encoder : embedding-cache encoder name (see :func:`asymgeo.data.load_embeddings`).
-    split : qrels split, default ``"test"``.
-    k : cut-off of the default metrics.
-    metrics : explicit ``NAME@K`` list (overrides ``k``).
-    operator : optional (p, p) operator ``M``: rank by ``x^T M y``.
-
-    Returns
-    -------
-    EvalResult with ``extra`` holding dataset, encoder, split, corpus size and backend.
-    """
-    from .data import load_beir, load_embeddings
-
-    ds = load_beir(dataset, data_dir=data_dir)
-    qrels = ds.qrels(split)
-    if not qrels:
-        raise ValueError(f"{dataset}: split {split!r} has no usable relevance judgements")
-    emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
-    metrics = list(metrics) if metrics is not None else default_metrics(k)
-    from .metrics import parse_metric
-
-    depth = min(max(parse_metric(m)[1] for m in metrics), emb.corpus.shape[0])
-    table = RelevanceTable(qrels, list(qrels), emb.corpus_ids)
-    q_rows = emb.query_rows(table.query_ids)
-    Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
-    res = exact_search(Q, emb.corpus, depth, operator=operator, backend=backend, progress=None)
-    out = evaluate_indices(res.indices, table, metrics)
-    out.extra.update(
-        dataset=getattr(ds, "name", str(dataset)),
-        encoder=encoder,
-        split=split,
-        n_docs=int(emb.corpus.shape[0]),
-        dim=int(emb.corpus.shape[1]),
-        search_depth=int(depth),
-        backend=res.backend,
-    )
-    return out
+def __getattr__(name: str) -> Any:
+    # Deprecated alias, resolved at run time only (no import of the data layer from here).
+    if name == "evaluate_frozen":
+        warnings.warn(
+            "asymgeo.evaluation.evaluate_frozen moved to asymgeo.data.evaluate_frozen; "
+            "the old path will be removed in 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("asymgeo.data.evaluate").evaluate_frozen
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

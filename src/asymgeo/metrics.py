@@ -35,13 +35,17 @@ Ordering of a dict run (as trec_eval does it)
     Documents are ranked by score descending; equal scores are ordered by document
     id in *descending* string order (trec_eval compares ids with ``strcmp``; checked
     empirically against pytrec_eval).  An index matrix from :func:`exact_search`
-    is used in its given order (ties there are by lower corpus index).
+    is used in its given order (ties there are by lower corpus index); reorder it with
+    :func:`order_ties_by_id` to reproduce trec_eval (what
+    :func:`asymgeo.data.evaluate_frozen` does by default).
 
 Queries without relevant documents (``R_q = 0``)
     Every metric above divides by ``R_q`` or is meaningless without a relevant
     document, and the paper averages over queries with ``R_q > 0``.  Such queries are
     **excluded** from the averages; their number is reported as
     ``EvalResult.n_no_relevant``.  (trec_eval would score them 0 and include them.)
+    When no query has a relevant document the evaluation raises ``ValueError``: no
+    metric is ever NaN.  Every grade of every query must be a finite number.
 
 Id mismatches
     A query that has relevant documents in the qrels but is absent from the run
@@ -69,6 +73,7 @@ __all__ = [
     "evaluate_run",
     "evaluate_indices",
     "ranked_grades",
+    "order_ties_by_id",
     "format_metrics",
 ]
 
@@ -105,7 +110,7 @@ class EvalResult:
         Evaluated queries (those with ``R_q > 0``), in the order of ``per_query`` rows.
     per_query : dict metric -> (n,) float64 array
     mean : dict metric -> float
-        Mean over ``query_ids`` (NaN if no query was evaluated).
+        Mean over ``query_ids`` (never NaN: no evaluable query is an error).
     n_no_relevant : int
         Queries excluded because they have no relevant document in the qrels.
     n_unjudged : int
@@ -205,10 +210,15 @@ def _finish(
 ) -> EvalResult:
     keep = n_rel > 0
     n_no_rel = int((~keep).sum())
+    if not keep.any():
+        raise ValueError(
+            f"qrels: none of the {len(qids)} judged quer{'y' if len(qids) == 1 else 'ies'} has a relevant "
+            "document (grade >= 1); no metric can be computed"
+        )
     qids = [q for q, kp in zip(qids, keep) if kp]
     vals = _compute(grades[keep], n_rel[keep], ideal[keep], parsed)
     per_query = {s: vals[p] for s, p in zip(specs, parsed)}
-    mean = {s: (float(v.mean()) if v.size else float("nan")) for s, v in per_query.items()}
+    mean = {s: float(v.mean()) for s, v in per_query.items()}
     return EvalResult(qids, per_query, mean, n_no_rel, n_unjudged, n_missing)
 
 
@@ -232,7 +242,6 @@ def _check_qrels(qrels: Any) -> Mapping[str, Mapping[str, int]]:
         for d, gr in docs.items():
             if isinstance(gr, bool) or not isinstance(gr, (int, np.integer, float, np.floating)) or not math.isfinite(gr):
                 raise ValueError(f"qrels[{qid!r}][{d!r}]: grade must be a finite number, got {gr!r}")
-            break
     return qrels
 
 
@@ -397,6 +406,44 @@ class RelevanceTable:
         pos = np.minimum(pos, max(self._keys.size - 1, 0))
         hit = self._keys[pos] == key if self._keys.size else np.zeros(key.shape, bool)
         return np.where(hit, self._vals[pos] if self._vals.size else 0.0, 0.0)
+
+
+def order_ties_by_id(
+    scores: np.ndarray, indices: np.ndarray, corpus_ids: Sequence[str], *, descending: bool = True
+) -> np.ndarray:
+    """Reorder each ranked row so that exactly equal scores follow their document ids.
+
+    trec_eval sorts a run by score descending and breaks exact ties by document id in
+    descending ``strcmp`` order; :func:`asymgeo.search.exact_search` breaks them by lower
+    corpus index.  This kernel turns the second order into the first (``descending``,
+    the default) or into ascending id order, so the metrics of an index matrix equal
+    trec_eval's on the same float32 scores.  A tie group cut by the end of a row is
+    sorted among its visible members only: search a little deeper than needed (as
+    :func:`asymgeo.data.evaluate_frozen` does) so no group reaches the cut.
+
+    Parameters
+    ----------
+    scores : (n, K) scores, descending along each row.
+    indices : (n, K) corpus rows.
+    corpus_ids : the ids of the corpus rows (Python string order = UTF-8 byte order = strcmp).
+
+    Returns
+    -------
+    (n, K) int64 indices in trec_eval order.
+    """
+    S = np.asarray(scores)
+    idx = np.asarray(indices, dtype=np.int64)
+    if S.shape != idx.shape or S.ndim != 2:
+        raise ValueError(f"scores, indices: expected equal 2-d shapes, got {S.shape} and {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= len(corpus_ids)):
+        raise ValueError(f"indices: values must lie in [0, {len(corpus_ids)}), got [{idx.min()}, {idx.max()}]")
+    if idx.size == 0:
+        return idx
+    rank = np.empty(len(corpus_ids), dtype=np.int64)
+    rank[np.argsort(np.asarray(corpus_ids, dtype=object), kind="stable")] = np.arange(len(corpus_ids))
+    id_key = -rank[idx] if descending else rank[idx]
+    order = np.lexsort((id_key, -S.astype(np.float64)), axis=1)
+    return np.take_along_axis(idx, order, axis=1)
 
 
 def ranked_grades(indices: np.ndarray, table: RelevanceTable) -> np.ndarray:

@@ -37,7 +37,40 @@ __all__ = [
     "CandidateTest",
     "candidate_ndcg",
     "local_gaussian_point",
+    "check_memory",
+    "available_memory",
 ]
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (Linux ``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(nbytes: int, what: str, *, available: int | None = None) -> None:
+    """Refuse up front, with the figures, a draw that needs more memory than is available.
+
+    Raises
+    ------
+    ValueError
+        ``"<what> need about X GiB of memory, more than the Y GiB available"``.
+    """
+    avail = available_memory() if available is None else available
+    if avail is not None and nbytes > avail:
+        raise ValueError(f"{what} need about {nbytes / 2**30:.1f} GiB of memory, "
+                         f"more than the {avail / 2**30:.1f} GiB available; use a smaller size")
 
 
 @dataclass(frozen=True)
@@ -91,6 +124,8 @@ class TwoViewModel:
         """``n`` training triples (query, relevant document, independent negative)."""
         if n < 1:
             raise ValueError(f"n: expected a positive number of triples, got {n}")
+        # X, Y_pos, Y_neg kept, plus one (n, p) noise draw and z while drawing (float64)
+        check_memory(8 * (4 * n * self.p + 2 * n * self.latent_rank), f"n: {n:,} training triples (p = {self.p})")
         rng = check_seed(seed)
         X, z = self._draw(rng, n, self.C_q)
         Y_pos, _ = self._draw(rng, n, self.C_d, z)
@@ -103,10 +138,13 @@ class TwoViewModel:
             raise ValueError(
                 f"n_queries, n_negatives: expected positive counts, got {n_queries}, {n_negatives}"
             )
+        n_neg = n_queries * n_negatives
+        check_memory(8 * (3 * n_queries * self.p + 2 * n_neg * self.p + n_neg * self.latent_rank),
+                     f"n_queries: {n_queries:,} test queries x {n_negatives} negatives (p = {self.p})")
         rng = check_seed(seed)
         X, z = self._draw(rng, n_queries, self.C_q)
         Y_pos, _ = self._draw(rng, n_queries, self.C_d, z)
-        Y_neg, _ = self._draw(rng, n_queries * n_negatives, self.C_d)
+        Y_neg, _ = self._draw(rng, n_neg, self.C_d)
         return CandidateTest(X, Y_pos, Y_neg.reshape(n_queries, n_negatives, self.p))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import tracemalloc
@@ -9,7 +10,7 @@ import tracemalloc
 import pytest
 from beir_fixtures import doc, query, write_beir
 
-from asymgeo.data import BeirDataset, document_text, load_beir
+from asymgeo.data import BeirDataset, document_text, load_beir, warn_faults
 
 
 # --------------------------------------------------------------------------- basics
@@ -52,8 +53,8 @@ def test_iter_corpus_is_a_stream(tmp_path):
 # --------------------------------------------------------------------------- faults
 @pytest.fixture
 def faulty(tmp_path):
-    corpus = [doc("d1", "", "alpha"), doc("d2"), doc("d1", "", "duplicate"), "", doc("d3"), doc("q2", "", "a doc named like a query")]
-    queries = [query("q1"), query("q2"), query("q3"), query("q1", "duplicate"), query("q4")]
+    corpus = [doc("d1", "", "alpha"), doc("d2"), doc("d1", "", "alpha"), "", doc("d3"), doc("q2", "", "a doc named like a query")]
+    queries = [query("q1"), query("q2"), query("q3"), query("q1"), query("q4")]
     train = [
         ("q1", "d1", 1),
         ("q1", "d9", 1),  # document missing from the corpus
@@ -94,6 +95,64 @@ def test_every_fault_is_counted(faulty):
     assert rep.qrels_rows == {"train": 7}
     assert "qrels_missing_document[train]: 1" in rep.summary()
     json.dumps(rep.as_dict())  # serialisable
+
+
+def test_fault_warnings_one_line_per_kind_with_count(faulty, caplog):
+    ds = load_beir(faulty)
+    lines = ds.report.warnings()
+    # seven kinds, each once, each with its count (blank lines, unlabelled queries and grades are normal)
+    assert len(lines) == 7
+    expected = {
+        "duplicate document ids": ": 1",
+        "duplicate query ids": ": 1",
+        "absent from corpus.jsonl": ": 1",
+        "absent from queries.jsonl": ": 1",
+        "repeated qrels": ": 1",
+        "query id equals the document id": ": 1",
+        "query ids that are also document ids": ": 1",
+    }
+    for needle, count in expected.items():
+        (line,) = [x for x in lines if needle in x]
+        assert count in line
+    with caplog.at_level("WARNING", logger="asymgeo.data.beir"):
+        assert warn_faults(ds) == lines
+        assert warn_faults(ds) == []  # once per dataset object
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 7
+
+
+def test_headerless_qrels_is_warned(tmp_path):
+    root = write_beir(tmp_path / "h", [doc("d1")], [query("q1")], {"test": [("q1", "d1", 1)]}, header=False)
+    lines = load_beir(root).report.warnings()
+    assert len(lines) == 1 and "without a header line" in lines[0] and "test.tsv" in lines[0]
+
+
+def test_clean_dataset_has_no_warnings(tiny_beir):
+    assert load_beir(tiny_beir).report.warnings() == []
+
+
+def test_duplicate_document_id_with_different_text_is_an_error(tmp_path):
+    root = write_beir(tmp_path / "c", [doc("d1", "", "alpha"), doc("d2"), doc("d1", "", "other")], [query("q1")],
+                      {"test": [("q1", "d1", 1)]})
+    with pytest.raises(ValueError, match=r"corpus.jsonl, line 3: duplicate document id 'd1' .*than line 1"):
+        _ = load_beir(root).corpus_ids
+
+
+def test_duplicate_query_id_with_different_text_is_an_error(tmp_path):
+    root = write_beir(tmp_path / "c", [doc("d1")], [query("q1", "a"), query("q1", "b")], {"test": [("q1", "d1", 1)]})
+    with pytest.raises(ValueError, match=r"queries.jsonl, line 2: duplicate query id 'q1'"):
+        _ = load_beir(root).queries
+
+
+def test_fingerprint_changes_with_texts_and_order(tmp_path):
+    a = write_beir(tmp_path / "a", [doc("d1", "", "x"), doc("d2", "", "y")], [query("q1")], {"test": [("q1", "d1", 1)]})
+    b = write_beir(tmp_path / "b", [doc("d1", "", "x"), doc("d2", "", "z")], [query("q1")], {"test": [("q1", "d1", 1)]})
+    c = write_beir(tmp_path / "c", [doc("d2", "", "y"), doc("d1", "", "x")], [query("q1")], {"test": [("q1", "d1", 1)]})
+    fa, fb, fc = (load_beir(p).fingerprint() for p in (a, b, c))
+    assert fa["corpus_ids_sha256"] == fb["corpus_ids_sha256"] and fa["corpus_sha256"] != fb["corpus_sha256"]
+    assert fa["corpus_ids_sha256"] != fc["corpus_ids_sha256"]
+    # the ids digest is the SHA-256 of the id file a cache writes (independent: hashlib on the bytes)
+    assert fa["corpus_ids_sha256"] == hashlib.sha256(b"d1\nd2\n").hexdigest()
+    assert fa["n_corpus"] == 2 and fa["n_queries"] == 1
 
 
 def test_ignore_identical_ids_drops_the_pair(faulty):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -139,8 +140,9 @@ def test_interrupted_encoding_resumes(seven, tmp_path):
     with pytest.raises(RuntimeError, match="simulated crash"):
         encode_dataset(seven, SPEC, cache_dir=cache, model=crashing, chunk_size=2, progress=False)
     path = cache / "seven" / "fake-enc"
-    assert not (path / "meta.json").exists()
-    assert sorted(p.name for p in (path / ".partial").glob("*.npy")) == ["queries-000000.npy", "queries-000001.npy"]
+    assert not path.exists()  # the cache is built beside its final place
+    parts = cache / "seven" / "fake-enc.partial" / ".partial"
+    assert sorted(p.name for p in parts.glob("*.npy")) == ["queries-000000.npy", "queries-000001.npy"]
     with pytest.raises(FileNotFoundError, match="interrupted encoding"):
         load_embeddings("seven", SPEC, cache_dir=cache)
 
@@ -162,13 +164,190 @@ def test_resume_with_a_different_chunk_size_starts_afresh(seven, tmp_path):
     np.testing.assert_array_equal(emb.corpus, _expected(seven)[1])
 
 
-def test_overwrite_interrupted_never_leaves_an_old_complete_looking_cache(seven, tmp_path):
+def _snapshot(path):
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+def test_overwrite_interrupted_keeps_the_old_cache(seven, tmp_path):
     cache = tmp_path / "cache"
-    encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
     with pytest.raises(RuntimeError):
         encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=1), overwrite=True, progress=False)
-    with pytest.raises(FileNotFoundError, match="incomplete"):
+    assert _snapshot(emb.path) == before
+    np.testing.assert_array_equal(load_embeddings(load_beir(seven), SPEC, cache_dir=cache).corpus, _expected(seven)[1])
+
+
+def test_overwrite_with_a_truncated_corpus_line_touches_nothing(seven, tmp_path):
+    cache = tmp_path / "cache"
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
+    lines = (seven / "corpus.jsonl").read_text().splitlines()
+    lines[4] = lines[4][: len(lines[4]) // 2]  # a truncated JSON line
+    (seven / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    enc = FakeEncoder()
+    with pytest.raises(ValueError, match=r"corpus.jsonl, line 5: invalid JSON"):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=enc, overwrite=True, progress=False)
+    assert enc.calls == [] and _snapshot(emb.path) == before
+    assert not (cache / "seven" / "fake-enc.partial").exists()
+
+
+def test_overwrite_with_a_bad_device_touches_nothing(seven, tmp_path):
+    cache = tmp_path / "cache"
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
+    with pytest.raises(ValueError, match="device: 'bogus' is not a torch device"):
+        encode_dataset(seven, SPEC, cache_dir=cache, device="bogus", overwrite=True, progress=False)
+    assert _snapshot(emb.path) == before
+    assert not (cache / "seven" / "fake-enc.partial").exists()
+
+
+def test_overwrite_replaces_the_cache_when_complete(seven, tmp_path):
+    cache = tmp_path / "cache"
+    encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    rows = (seven / "corpus.jsonl").read_text().replace('"text 3"', '"text three"')
+    (seven / "corpus.jsonl").write_text(rows)
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), overwrite=True, progress=False)
+    want = expected_rows(["D: T text three"])[0]
+    np.testing.assert_array_equal(emb.corpus[3], want)
+    assert sorted(p.name for p in (cache / "seven").iterdir()) == ["fake-enc"]  # no leftovers
+
+
+def test_replacement_interrupted_between_renames_points_at_the_old_cache(seven, tmp_path, monkeypatch):
+    import asymgeo.data.cache as cache_mod
+
+    cache = tmp_path / "cache"
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
+    real = cache_mod.os.replace
+
+    def crash_on_second(src, dst):
+        if str(src).endswith("fake-enc.partial"):
+            raise KeyboardInterrupt  # the process dies after moving the old cache aside
+        return real(src, dst)
+
+    monkeypatch.setattr(cache_mod.os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), overwrite=True, progress=False)
+    monkeypatch.setattr(cache_mod.os, "replace", real)
+    with pytest.raises(FileNotFoundError, match=r"the previous one is intact in .*\.fake-enc\.old-"):
         load_embeddings("seven", SPEC, cache_dir=cache)
+    old = next((cache / "seven").glob(".fake-enc.old-*"))
+    assert _snapshot(old) == before
+
+
+def test_cache_dir_that_is_a_file_is_refused(seven, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match="expected a folder"):
+        encode_dataset(seven, SPEC, cache_dir=f, model=FakeEncoder(), progress=False)
+    with pytest.raises(NotADirectoryError, match="expected a folder"):
+        load_embeddings("seven", SPEC, cache_dir=f)
+    assert f.read_text() == "not a folder"
+
+
+# --------------------------------------------------------------------------- stale caches
+def test_fingerprint_recorded_in_meta(seven, tmp_path):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    fp = emb.meta["fingerprint"]
+    assert fp["dataset"]["n_corpus"] == 7 and fp["dataset"]["n_queries"] == 5
+    assert fp["encoder"]["prefixes"] == {"query": "Q: ", "document": "D: "}
+    ids_bytes = "".join(f"d{i}\n" for i in range(7)).encode()
+    assert fp["files"]["corpus_ids.txt"] == hashlib.sha256(ids_bytes).hexdigest()
+    assert fp["dataset"]["corpus_ids_sha256"] == hashlib.sha256(ids_bytes).hexdigest()
+
+
+def test_stale_cache_after_text_change_is_refused_and_not_reported_done(seven, tmp_path):
+    encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    (seven / "corpus.jsonl").write_text((seven / "corpus.jsonl").read_text().replace('"text 2"', '"changed"'))
+    ds = load_beir(seven)
+    with pytest.raises(ValueError, match=r"stale cache, the document texts .*--overwrite"):
+        load_embeddings(ds, SPEC, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"stale cache.*asymgeo embed .* --encoder fake-enc --overwrite"):
+        encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+
+
+def test_cache_of_a_larger_corpus_is_refused(seven, tmp_path):
+    encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    lines = (seven / "corpus.jsonl").read_text().splitlines()[:3]
+    (seven / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"number of documents .*\(7 in the cache, 3 now\)"):
+        load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)
+
+
+def test_swapped_id_lines_are_refused(seven, tmp_path):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    f = emb.path / "corpus_ids.txt"
+    ids = f.read_text().splitlines()
+    ids[1], ids[2] = ids[2], ids[1]
+    f.write_text("\n".join(ids) + "\n")
+    with pytest.raises(ValueError, match=r"corpus_ids.txt: changed since the cache was written"):
+        load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)
+
+
+def test_legacy_cache_without_fingerprint_is_checked_by_ids(seven, tmp_path):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    meta = json.loads((emb.path / "meta.json").read_text())
+    del meta["fingerprint"]
+    (emb.path / "meta.json").write_text(json.dumps(meta))
+    ds = load_beir(seven)
+    assert load_embeddings(ds, SPEC, cache_dir=tmp_path).corpus.shape == (7, 6)
+    f = emb.path / "corpus_ids.txt"
+    ids = f.read_text().splitlines()
+    ids[1], ids[2] = ids[2], ids[1]
+    f.write_text("\n".join(ids) + "\n")
+    with pytest.raises(ValueError, match=r"corpus_ids.txt, line 2: id 'd2' but .*corpus.jsonl has 'd1'"):
+        load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)
+
+
+def test_shared_legacy_caches_verify_against_their_datasets(shared_dir):
+    for name in ("scifact", "nfcorpus"):
+        ds = load_beir(shared_dir / "data" / name)
+        for enc in ("all-MiniLM-L6-v2", "all-mpnet-base-v2"):
+            emb = load_embeddings(ds, enc, cache_dir=shared_dir / "embeddings")
+            assert "fingerprint" not in emb.meta and emb.corpus_ids == ds.corpus_ids
+
+
+# --------------------------------------------------------------------------- row validation
+def _unit_cache(tmp_path, corpus=None, queries=None):
+    C = np.eye(4, dtype=np.float32) if corpus is None else corpus
+    Q = np.eye(4, dtype=np.float32)[:2] if queries is None else queries
+    return write_embeddings(tmp_path / "ds" / "enc", C, [f"c{i}" for i in range(len(C))], Q,
+                            [f"q{i}" for i in range(len(Q))], {"normalised": True})
+
+
+@pytest.mark.parametrize(
+    "which, row, value, message",
+    [
+        ("corpus", 2, 0.0, r"corpus.npy, row 2 \(id 'c2'\): an all-zero vector; 1 bad row in all"),
+        ("corpus", 3, np.nan, r"corpus.npy, row 3 \(id 'c3'\): non-finite"),
+        ("queries", 1, 0.0, r"queries.npy, row 1 \(id 'q1'\): an all-zero vector"),
+        ("corpus", 1, 1000.0, r"corpus.npy, row 1 \(id 'c1'\): norm far from 1 .*norm 1000"),
+    ],
+)
+def test_degenerate_rows_are_refused_naming_row_and_id(tmp_path, which, row, value, message):
+    C = np.eye(4, dtype=np.float32)
+    Q = np.eye(4, dtype=np.float32)[:2].copy()
+    arr = C if which == "corpus" else Q
+    arr[row] = 0.0
+    arr[row, 0] = value
+    _unit_cache(tmp_path, C, Q)
+    with pytest.raises(ValueError, match=message):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert load_embeddings("ds", "enc", cache_dir=tmp_path, validate=False).corpus.shape == (4, 4)
+
+
+def test_all_zero_queries_counted(tmp_path):
+    _unit_cache(tmp_path, queries=np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"row 0 \(id 'q0'\): an all-zero vector; 3 bad rows in all"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+
+
+def test_empty_npy_file_is_a_clear_error(tmp_path):
+    path = _unit_cache(tmp_path)
+    (path / "corpus.npy").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"corpus.npy: not a readable .npy array \(empty or truncated file\)"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
 
 
 def test_encoder_returning_wrong_shape_is_named(seven, tmp_path):

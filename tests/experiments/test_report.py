@@ -65,3 +65,49 @@ def test_cli_help_has_example(capsys):
         main(["reproduce", "--help"])
     out = capsys.readouterr().out
     assert "asymgeo reproduce rq1 --quick" in out and "--executor" in out
+
+
+def _verdicts(text: str) -> dict[str, str]:
+    """``claim -> holds`` cells of the report's claims table."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[3] in ("**yes**", "**no**", "n/a"):
+            out[cells[0]] = cells[3]
+    return out
+
+
+def test_report_verdicts_against_an_independent_computation(quick_results, tmp_path):
+    import numpy as np
+    from scipy import stats
+
+    text = build_report(quick_results, tmp_path / "docs", quick=True).read_text()
+    v = _verdicts(text)
+    df = read_results(quick_results, "rq2-quick")
+    above = True
+    for _, g in df.groupby(["angle", "n"]):
+        lo, _hi = stats.t.interval(0.95, len(g) - 1, loc=g["raw"].mean(), scale=stats.sem(g["raw"]))
+        above &= bool(lo > g["population"].iloc[0])
+    assert v["RQ2: raw plug-in distance exceeds the population value"] == ("**yes**" if above else "**no**")
+    rq1 = read_results(quick_results, "rq1-quick")
+    sub = rq1[rq1["rank"] == 8].groupby(["angle", "n"])["ndcg_diff"].mean()
+    both = bool((sub > 0).any() and (sub < 0).any())
+    assert v["RQ1: the zero contour splits the grid (neither geometry dominates)"] == ("**yes**" if both else "**no**")
+    assert np.isfinite(sub).all()
+
+
+@pytest.mark.slow
+def test_report_says_no_when_the_results_contradict_the_paper(quick_results, tmp_path):
+    import shutil
+
+    bad = tmp_path / "results"
+    shutil.copytree(quick_results, bad)
+    for name, change in (("rq2-quick", lambda d: d.assign(raw=d["population"] - 1.0)),
+                         ("rq1-quick", lambda d: d.assign(ndcg_diff=d["ndcg_diff"].abs() + 0.01))):
+        df = change(read_results(bad, name))
+        for f in (bad / name).glob("results.*"):
+            f.unlink()
+        df.to_csv(bad / name / "results.csv", index=False)
+    v = _verdicts(build_report(bad, tmp_path / "docs", quick=True).read_text())
+    assert v["RQ2: raw plug-in distance exceeds the population value"] == "**no**"
+    assert v["RQ1: the zero contour splits the grid (neither geometry dominates)"] == "**no**"

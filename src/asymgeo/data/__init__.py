@@ -11,24 +11,30 @@ This layer knows files and knows nothing about geometry.  Typical use::
     cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank=16)
 """
 
-from .beir import BeirDataset, DatasetReport, data_root, document_text, load_beir
+from .beir import BeirDataset, DatasetReport, document_text, ids_digest, load_beir, warn_faults
 from .cache import (
+    NORM_TOLERANCE,
     EmbeddingCache,
+    cache_fingerprint,
     cache_path,
-    cache_root,
     encode_dataset,
     load_embeddings,
+    validate_embeddings,
+    verify_cache,
     write_embeddings,
 )
+from .evaluate import TIE_ORDERS, evaluate_frozen
 from .download import BEIR_CHECKSUMS, beir_url, download_beir, fetch_url
 from .encoders import (
     DEFAULT_ENCODER,
     ENCODERS,
     EncoderSpec,
     SentenceTransformerEncoder,
+    check_device,
     get_encoder,
     load_encoder,
 )
+from .paths import cache_root, data_root
 from .splits import (
     DEFAULT_SPLIT_SEED,
     FOLD_SEED,
@@ -50,6 +56,8 @@ __all__ = [
     "load_beir",
     "data_root",
     "document_text",
+    "ids_digest",
+    "warn_faults",
     "download_beir",
     "fetch_url",
     "beir_url",
@@ -60,6 +68,7 @@ __all__ = [
     "DEFAULT_ENCODER",
     "get_encoder",
     "load_encoder",
+    "check_device",
     "SentenceTransformerEncoder",
     # cache
     "EmbeddingCache",
@@ -68,6 +77,10 @@ __all__ = [
     "encode_dataset",
     "cache_root",
     "cache_path",
+    "cache_fingerprint",
+    "verify_cache",
+    "validate_embeddings",
+    "NORM_TOLERANCE",
     # splits
     "DEFAULT_SPLIT_SEED",
     "FOLD_SEED",
@@ -79,6 +92,9 @@ __all__ = [
     "fold_seed",
     "fold_split",
     "nested_subsets",
+    # evaluation
+    "evaluate_frozen",
+    "TIE_ORDERS",
     # triples
     "Triples",
     "load_triples",

@@ -19,12 +19,18 @@ the line number and what is wrong.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
+
+from .download import download_beir
+from .paths import data_root
 
 __all__ = [
     "BeirDataset",
@@ -32,30 +38,29 @@ __all__ = [
     "load_beir",
     "data_root",
     "document_text",
+    "ids_digest",
+    "warn_faults",
     "SPLIT_ORDER",
 ]
+
+logger = logging.getLogger(__name__)
 
 SPLIT_ORDER = ("train", "dev", "test")
 _EXAMPLES = 5  # how many offending ids a report keeps per fault
 
 
-def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """Folder holding datasets by name.
-
-    ``data_dir`` if given, else the environment variable ``ASYMGEO_DATA_DIR``, else
-    ``~/.cache/asymgeo/datasets``.
-    """
-    if data_dir is not None:
-        return Path(data_dir).expanduser()
-    env = os.environ.get("ASYMGEO_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "asymgeo" / "datasets"
-
-
 def document_text(title: str, text: str) -> str:
     """Document text as encoders see it: ``title + " " + text``, or ``text`` if the title is blank."""
     return f"{title} {text}" if title and title.strip() else text
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """SHA-256 of ids written one per line (UTF-8, ``\\n`` after each): the bytes of an id file."""
+    h = hashlib.sha256()
+    for s in ids:
+        h.update(s.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------- report
@@ -156,6 +161,35 @@ class DatasetReport:
             lines.append(f"fault {k}: {v}" + (f" (e.g. {', '.join(ex[:3])})" if ex else ""))
         return "\n".join(lines)
 
+    def warnings(self) -> list[str]:
+        """One line per kind of fault a user should hear about, with its count and examples.
+
+        Blank lines, queries without qrels and graded relevance are normal in BEIR
+        releases and are not warned about (they stay in :meth:`faults`).
+        """
+        kinds = (
+            ("duplicate_corpus_ids", "duplicate document ids (same text; first occurrence kept)"),
+            ("duplicate_query_ids", "duplicate query ids (same text; first occurrence kept)"),
+            ("qrels_missing_document", "qrels rows naming a document absent from corpus.jsonl (dropped)"),
+            ("qrels_missing_query", "qrels rows naming a query absent from queries.jsonl (dropped)"),
+            ("qrels_duplicate_rows", "repeated qrels (query, document) rows (first grade kept)"),
+            ("qrels_identical_ids", "qrels rows whose query id equals the document id"),
+            ("query_ids_in_corpus", "query ids that are also document ids"),
+        )
+        out = []
+        for key, what in kinds:
+            v = getattr(self, key)
+            n = sum(v.values()) if isinstance(v, dict) else int(v)
+            if n:
+                ex = self.examples.get(key, [])
+                out.append(f"{what}: {n}" + (f" (e.g. {', '.join(ex[:3])})" if ex else ""))
+        if self.headerless_qrels:
+            out.append(
+                f"qrels files without a header line (first line read as data): {len(self.headerless_qrels)} "
+                f"({', '.join(self.headerless_qrels[:3])})"
+            )
+        return out
+
     def _example(self, key: str, value: str) -> None:
         lst = self.examples.setdefault(key, [])
         if len(lst) < _EXAMPLES:
@@ -246,6 +280,16 @@ def _read_qrels(path: Path, report: DatasetReport) -> list[tuple[str, str, int, 
 class _CorpusScan:
     ids: list[str]
     skip_lines: frozenset[int]
+    digest: str
+
+
+def _record_bytes(_id: str, title: str, text: str) -> bytes:
+    """Length-prefixed ``(id, title, text)`` for digests (no separator can be forged)."""
+    return f"{len(_id)}:{_id}{len(title)}:{title}{len(text)}:{text}".encode("utf-8")
+
+
+def _text_hash(title: str, text: str) -> bytes:
+    return hashlib.sha256(_record_bytes("", title, text)).digest()
 
 
 # --------------------------------------------------------------------------- dataset
@@ -287,6 +331,7 @@ class BeirDataset:
         self.ignore_identical_ids = bool(ignore_identical_ids)
         self._report = DatasetReport()
         self._qrels_clean: dict[str, dict[str, dict[str, int]]] = {}
+        self._faults_warned = False
 
     def __repr__(self) -> str:
         return f"BeirDataset(name={self.name!r}, path='{self.path}')"
@@ -305,17 +350,38 @@ class BeirDataset:
         ids: list[str] = []
         seen: set[str] = set()
         skip: set[int] = set()
+        dup_hashes: dict[str, list[tuple[int, bytes]]] = {}
         rep = self._report
+        h = hashlib.sha256()
         for lineno, _id, _title, _text in _jsonl_records(self.corpus_file, rep, need_title=True):
             if _id in seen:
                 skip.add(lineno)
                 rep.duplicate_corpus_ids += 1
                 rep._example("duplicate_corpus_ids", _id)
+                dup_hashes.setdefault(_id, []).append((lineno, _text_hash(_title, _text)))
                 continue
             seen.add(_id)
             ids.append(_id)
+            h.update(_record_bytes(_id, _title, _text))
+        if dup_hashes:
+            self._check_duplicates(dup_hashes)
         rep.corpus_docs = len(ids)
-        return _CorpusScan(ids=ids, skip_lines=frozenset(skip))
+        return _CorpusScan(ids=ids, skip_lines=frozenset(skip), digest=h.hexdigest())
+
+    def _check_duplicates(self, dup_hashes: dict[str, list[tuple[int, bytes]]]) -> None:
+        """Repeated ids must repeat the same document: a different title or text is an error."""
+        first: dict[str, tuple[int, bytes]] = {}
+        for lineno, _id, title, text in _jsonl_records(self.corpus_file, DatasetReport(), need_title=True):
+            if _id in dup_hashes and _id not in first:
+                first[_id] = (lineno, _text_hash(title, text))
+        for _id, dups in dup_hashes.items():
+            line0, h0 = first[_id]
+            for lineno, h in dups:
+                if h != h0:
+                    raise ValueError(
+                        f"{self.corpus_file}, line {lineno}: duplicate document id {_id!r} with a different "
+                        f"title or text than line {line0} (which document is meant is ambiguous)"
+                    )
 
     @property
     def corpus_ids(self) -> list[str]:
@@ -356,6 +422,11 @@ class BeirDataset:
         rep = self._report
         for _lineno, _id, _title, text in _jsonl_records(self.queries_file, rep, need_title=False):
             if _id in out:
+                if out[_id] != text:
+                    raise ValueError(
+                        f"{self.queries_file}, line {_lineno}: duplicate query id {_id!r} with a different text "
+                        "than its first occurrence (which query is meant is ambiguous)"
+                    )
                 rep.duplicate_query_ids += 1
                 rep._example("duplicate_query_ids", _id)
                 continue
@@ -366,6 +437,26 @@ class BeirDataset:
     @property
     def query_ids(self) -> list[str]:
         return list(self.queries)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What an encoding of this dataset depends on: sizes and SHA-256 digests.
+
+        ``corpus_sha256`` covers every kept document's id, title and text in file order,
+        ``queries_sha256`` every query's id and text; ``corpus_ids_sha256`` /
+        ``query_ids_sha256`` are the digests of the id files an embedding cache writes
+        (one id per line, UTF-8), so a cache can be checked without re-reading texts.
+        """
+        qh = hashlib.sha256()
+        for q, text in self.queries.items():
+            qh.update(_record_bytes(q, "", text))
+        return {
+            "n_corpus": len(self.corpus_ids),
+            "n_queries": len(self.queries),
+            "corpus_sha256": self._corpus.digest,
+            "queries_sha256": qh.hexdigest(),
+            "corpus_ids_sha256": ids_digest(self.corpus_ids),
+            "query_ids_sha256": ids_digest(self.query_ids),
+        }
 
     # ---------------------------------------------------------------- qrels
     @cached_property
@@ -502,6 +593,21 @@ class BeirDataset:
         return rep
 
 
+def warn_faults(dataset: BeirDataset) -> list[str]:
+    """Log one warning per kind of fault in ``dataset.report`` (once per dataset object).
+
+    Returns the warning lines (empty when the dataset is clean or was already reported).
+    The CLI shows them on stderr; library users see them through :mod:`logging`.
+    """
+    if getattr(dataset, "_faults_warned", False):
+        return []
+    lines = dataset.report.warnings()
+    dataset._faults_warned = True
+    for line in lines:
+        logger.warning("%s: %s", dataset.name, line)
+    return lines
+
+
 def load_beir(
     path_or_name: str | os.PathLike | BeirDataset,
     *,
@@ -537,8 +643,6 @@ def load_beir(
     if cand.is_dir():
         return BeirDataset(cand, name=name, ignore_identical_ids=ignore_identical_ids)
     if download:
-        from .download import download_beir
-
         folder = download_beir(name, root)
         return BeirDataset(folder, name=name, ignore_identical_ids=ignore_identical_ids)
     raise FileNotFoundError(

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .._atomic import atomic_path
-from .beir import data_root
+from .paths import data_root
 
 __all__ = ["BEIR_BASE_URL", "BEIR_CHECKSUMS", "beir_url", "download_beir", "fetch_url", "file_digest"]
 
@@ -186,10 +186,19 @@ def download_beir(
         except zipfile.BadZipFile as exc:
             raise ValueError(f"{url}: not a zip archive ({exc})") from None
         src = tmpdir / prefix if prefix else tmpdir
-        if target.exists():
-            shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, target)
+        if target.exists():  # the old folder goes only once the new one is in place
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(target, old)
+            try:
+                os.replace(src, target)
+            except OSError:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(src, target)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
         if not keep_archive:

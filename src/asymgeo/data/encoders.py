@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_ENCODER",
     "get_encoder",
     "load_encoder",
+    "check_device",
     "SentenceTransformerEncoder",
     "TextEncoder",
     "l2_normalize",
@@ -187,15 +188,14 @@ class SentenceTransformerEncoder:
             ) from exc
         self.spec = spec
         self.batch_size = int(batch_size)
-        if device is None:
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = check_device(device)
         self.device = device
         if device == "cpu":
             torch.set_num_threads(_cpu_cores())
         self.model_path = spec.model_path()
         try:
             self.model = SentenceTransformer(self.model_path, device=device)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RuntimeError) as exc:
             raise FileNotFoundError(
                 f"encoder {spec.name!r}: could not open model {self.model_path!r} offline "
                 f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
@@ -250,6 +250,43 @@ class SentenceTransformerEncoder:
             except Exception:  # pragma: no cover
                 pass
         return out
+
+
+def check_device(device: str | None) -> str:
+    """A torch device string that exists here: ``None`` -> ``"cuda"`` when available, else ``"cpu"``.
+
+    Raises
+    ------
+    ValueError
+        ``device`` is not a torch device name, or names an accelerator this machine lacks.
+    ImportError
+        torch is not installed (extra ``encode``).
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(f"encoding needs torch ({exc}); install asymgeo[encode]") from exc
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not isinstance(device, str) or not device.strip():
+        raise ValueError(f"device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"device: {device!r} is not a torch device (expected e.g. 'cpu', 'cuda', 'cuda:1', 'mps')") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ValueError(f"device: {device!r} requested but CUDA is not available on this machine")
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"device: {device!r} requested but this machine has {n} CUDA device(s)")
+    elif dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"device: {device!r} requested but MPS is not available on this machine")
+    elif dev.type != "cpu":
+        raise ValueError(f"device: {device!r} is not supported (use 'cpu', 'cuda[:N]' or 'mps')")
+    return device
 
 
 def load_encoder(

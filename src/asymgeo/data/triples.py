@@ -20,8 +20,8 @@ import numpy as np
 
 from .._validation import check_int
 from ..search import exact_search
-from .beir import BeirDataset, load_beir
-from .cache import EmbeddingCache, load_embeddings
+from .beir import BeirDataset, load_beir, warn_faults
+from .cache import EmbeddingCache, load_embeddings, verify_cache
 from .encoders import EncoderSpec
 from .splits import DEFAULT_SPLIT_SEED, adaptation_split
 
@@ -203,15 +203,16 @@ def load_triples(
     Raises
     ------
     ValueError
-        If the cache's corpus ids differ from the dataset's.
+        If the cache was not built from this dataset (see :func:`~asymgeo.data.verify_cache`)
+        or has degenerate rows (see :func:`~asymgeo.data.validate_embeddings`).
     """
     ds = load_beir(dataset, data_dir=data_dir)
-    emb = cache if cache is not None else load_embeddings(ds, encoder, cache_dir=cache_dir)
-    if emb.corpus_ids != ds.corpus_ids:
-        raise ValueError(
-            f"{emb.path / 'corpus_ids.txt'}: {len(emb.corpus_ids)} ids that do not match "
-            f"{ds.corpus_file} ({len(ds.corpus_ids)} documents); re-encode the dataset"
-        )
+    warn_faults(ds)
+    if cache is not None:
+        verify_cache(cache, ds, encoder)
+        emb = cache
+    else:
+        emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
     if isinstance(split, str):
         split_name = split
         if split in ADAPTATION_SPLITS:

@@ -1,0 +1,120 @@
+"""Evaluate frozen embeddings (optionally through an operator) on a BEIR split.
+
+The dataset-aware glue over retrieval (:mod:`asymgeo.search`, :mod:`asymgeo.metrics`):
+open the dataset and its verified embedding cache, rank the whole corpus by exact inner
+product for the split's judged queries, order exact ties as trec_eval does, score the
+ranking.  It lives in the data layer because it reads files; it imports only from the
+layers below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..evaluation import default_metrics
+from ..metrics import EvalResult, RelevanceTable, evaluate_indices, order_ties_by_id, parse_metric
+from ..search import SearchResult, exact_search
+from .beir import BeirDataset, load_beir, warn_faults
+from .cache import load_embeddings
+from .encoders import EncoderSpec, get_encoder
+
+__all__ = ["evaluate_frozen", "TIE_ORDERS"]
+
+logger = logging.getLogger(__name__)
+
+#: ``"trec_eval"``: exact score ties by document id descending (trec_eval, pytrec_eval, MTEB);
+#: ``"index"``: by lower corpus row (the order of :func:`asymgeo.search.exact_search`).
+TIE_ORDERS = ("trec_eval", "index")
+_TIE_MARGIN = 16  # extra depth searched so a tie group at the cut is seen whole
+
+
+def _search_resolving_ties(Q: np.ndarray, corpus: Any, depth: int, *, operator: Any, backend: str) -> SearchResult:
+    """Top-``K`` with ``K > depth`` large enough that the group tying with rank ``depth`` ends inside it."""
+    n_docs = int(corpus.shape[0])
+    K = min(n_docs, depth + _TIE_MARGIN)
+    while True:
+        res = exact_search(Q, corpus, K, operator=operator, backend=backend, progress=None)
+        if K >= n_docs or not np.any(res.scores[:, depth - 1] == res.scores[:, K - 1]):
+            return res
+        K = min(n_docs, 2 * K)
+
+
+def evaluate_frozen(
+    dataset: str | os.PathLike | BeirDataset,
+    encoder: str | EncoderSpec,
+    *,
+    split: str = "test",
+    k: int = 10,
+    metrics: Sequence[str] | None = None,
+    data_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    operator: Any = None,
+    backend: str = "auto",
+    ties: str = "trec_eval",
+) -> EvalResult:
+    """NDCG@k and friends of a frozen encoder on one split (full-corpus exact search).
+
+    Each judged query ``x`` ranks every document ``y`` by ``s(x, y) = x^T M y`` with
+    ``M = I`` (or ``operator``), the paper's Appendix F protocol; the ranking is scored by
+    :func:`asymgeo.metrics.evaluate_indices` (NDCG@k of Appendix F and friends).
+
+    Parameters
+    ----------
+    dataset : name under ``data_dir``, a BEIR folder or a :class:`~asymgeo.data.BeirDataset`.
+    encoder : embedding-cache encoder name (see :func:`asymgeo.data.load_embeddings`); the
+        cache is verified against the dataset and its rows validated before scoring.
+    split : qrels split, default ``"test"``.
+    k : cut-off of the default metrics.
+    metrics : explicit ``NAME@K`` list (overrides ``k``).
+    operator : optional (p, p) operator ``M``: rank by ``x^T M y``.
+    backend : search backend (see :func:`asymgeo.search.exact_search`).
+    ties : ``"trec_eval"`` (default) orders exactly equal scores by document id
+        descending, as trec_eval does, so published figures reproduce; ``"index"`` keeps
+        the lower-corpus-row order of :func:`~asymgeo.search.exact_search`.
+
+    Returns
+    -------
+    EvalResult with ``extra`` holding dataset, encoder, split, corpus size, backend and tie order.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``ties``, a split without judged queries, no query with a relevant
+        document, a stale or degenerate cache.
+    """
+    if ties not in TIE_ORDERS:
+        raise ValueError(f"ties: expected one of {', '.join(map(repr, TIE_ORDERS))}, got {ties!r}")
+    ds = load_beir(dataset, data_dir=data_dir)
+    warn_faults(ds)
+    qrels = ds.qrels(split)
+    if not qrels:
+        raise ValueError(f"{ds.path / 'qrels' / (split + '.tsv')}: split {split!r} has no usable relevance judgements")
+    emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
+    metrics = list(metrics) if metrics is not None else default_metrics(k)
+    n_docs = int(emb.corpus.shape[0])
+    depth = min(max(parse_metric(m)[1] for m in metrics), n_docs)
+    table = RelevanceTable(qrels, list(qrels), emb.corpus_ids)
+    q_rows = emb.query_rows(table.query_ids)
+    Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
+    if ties == "trec_eval":
+        res = _search_resolving_ties(Q, emb.corpus, depth, operator=operator, backend=backend)
+        indices = order_ties_by_id(res.scores, res.indices, emb.corpus_ids)[:, :depth]
+    else:
+        res = exact_search(Q, emb.corpus, depth, operator=operator, backend=backend, progress=None)
+        indices = res.indices
+    out = evaluate_indices(indices, table, metrics)
+    out.extra.update(
+        dataset=ds.name,
+        encoder=get_encoder(encoder).name,
+        split=split,
+        n_docs=n_docs,
+        dim=int(emb.corpus.shape[1]),
+        search_depth=int(depth),
+        backend=res.backend,
+        ties=ties,
+    )
+    return out
