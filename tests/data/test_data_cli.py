@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 from beir_fixtures import doc, query, write_beir
-from reference_impl import naive_approximation_errors, naive_moment
 
 from asymgeo.cli import build_parser, main
 from asymgeo.data import load_embeddings, load_triples, write_embeddings
 from asymgeo.selection import cars_score
+from reference_impl import naive_approximation_errors, naive_moment
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from reference_impl import naive_cars_score
 from scipy import stats
 
 from asymgeo.experiments import rq2
@@ -13,6 +12,7 @@ from asymgeo.experiments.runner import cell_seed
 from asymgeo.geometry import psd_distance, relevance_moment
 from asymgeo.selection import half_splits
 from asymgeo.simulation import two_view_model
+from reference_impl import naive_cars_score
 
 CFG = dict(angle=0.8, n=256, seed_index=1, rank=8, p=32, latent_rank=8, noise_sd=0.6, cars_splits=6,
            master_seed=20260809)

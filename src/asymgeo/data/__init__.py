@@ -23,7 +23,6 @@ from .cache import (
     verify_cache,
     write_embeddings,
 )
-from .evaluate import TIE_ORDERS, evaluate_frozen
 from .download import BEIR_CHECKSUMS, beir_url, download_beir, fetch_url
 from .encoders import (
     DEFAULT_ENCODER,
@@ -34,6 +33,7 @@ from .encoders import (
     get_encoder,
     load_encoder,
 )
+from .evaluate import TIE_ORDERS, evaluate_frozen
 from .paths import cache_root, data_root
 from .splits import (
     DEFAULT_SPLIT_SEED,

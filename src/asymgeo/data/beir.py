@@ -55,7 +55,7 @@ def document_text(title: str, text: str) -> str:
 
 
 def ids_digest(ids: Sequence[str]) -> str:
-    """SHA-256 of ids written one per line (UTF-8, ``\\n`` after each): the bytes of an id file."""
+    r"""SHA-256 of ids written one per line (UTF-8, ``\\n`` after each): the bytes of an id file."""
     h = hashlib.sha256()
     for s in ids:
         h.update(s.encode("utf-8"))
@@ -285,7 +285,7 @@ class _CorpusScan:
 
 def _record_bytes(_id: str, title: str, text: str) -> bytes:
     """Length-prefixed ``(id, title, text)`` for digests (no separator can be forged)."""
-    return f"{len(_id)}:{_id}{len(title)}:{title}{len(text)}:{text}".encode("utf-8")
+    return f"{len(_id)}:{_id}{len(title)}:{title}{len(text)}:{text}".encode()
 
 
 def _text_hash(title: str, text: str) -> bytes:

@@ -662,7 +662,8 @@ def report_section(results: Mapping[str, Any], fig_dir: str | Path, fig_rel: str
         m = rotation_means(s)
         rows = [[_pair_label(r.dataset, r.encoder), f"{r.angle:g}°", f"{r.diff_mean:+.4f}",
                  f"[{r.ci_low:+.4f}, {r.ci_high:+.4f}]", int(r.seeds), f"{r.ndcg_shared:.4f}", f"{r.ndcg_dual:.4f}",
-                 f"{getattr(r, 'ndcg_frozen', float('nan')):.4f}", f"{getattr(r, 'graded_diff_mean', float('nan')):+.4f}"]
+                 f"{getattr(r, 'ndcg_frozen', float('nan')):.4f}",
+                 f"{getattr(r, 'graded_diff_mean', float('nan')):+.4f}"]
                 for r in s.itertuples()]
         mrows = [[f"{r.angle:g}°", f"{r.mean:+.4f}", f"{r.pairs_sd:.4f}" if r.pairs > 1 else "–",
                   f"{r.pairs_min:+.4f} … {r.pairs_max:+.4f}", int(r.pairs)] for r in m.itertuples()]
