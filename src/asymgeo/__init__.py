@@ -40,6 +40,7 @@ from .data import (
     query_folds,
     split_queries,
 )
+from .adapters import Adapter, load_adapter, save_adapter
 from .theory import (
     LocalRisks,
     OptimalSeparation,
@@ -112,4 +113,8 @@ __all__ = [
     "nested_subsets",
     "load_triples",
     "Triples",
+    # trained adapters (training needs the `train` extra)
+    "Adapter",
+    "save_adapter",
+    "load_adapter",
 ]
