@@ -30,6 +30,7 @@ __all__ = ["save_adapter", "load_adapter", "check_compatible", "FORMAT_VERSION",
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "adapter.safetensors"
 CONFIG_FILE = "adapter.json"
+METRICS_FILE = "metrics.json"
 _FORMAT_NAME = "asymgeo-adapter"
 
 
@@ -73,7 +74,7 @@ def save_adapter(
     path : destination folder.
     encoder, dataset : recorded so that :func:`check_compatible` can refuse mismatched embeddings
         (default: the adapter's ``metadata_`` when it was loaded).
-    metrics : e.g. validation/test NDCG@10, recorded in the JSON.
+    metrics : e.g. validation/test NDCG@10, recorded in the JSON and written to ``metrics.json``.
     extra : any further JSON-serialisable provenance.
 
     Returns
@@ -87,6 +88,8 @@ def save_adapter(
     dest = Path(path)
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"{dest}: exists and is not a folder; an adapter is saved as a folder")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / CONFIG_FILE).is_file():
+        raise ValueError(f"{dest}: an existing folder that is not an adapter; refusing to replace it")
     meta_prev = getattr(adapter, "metadata_", {}) or {}
     A = np.ascontiguousarray(adapter.query_map_, dtype=np.float64)
     tensors = {"query_map": A}
@@ -128,7 +131,12 @@ def save_adapter(
         (tmp / WEIGHTS_FILE).write_bytes(data)
         (tmp / CONFIG_FILE).write_text(json.dumps(_jsonable(config), indent=2, allow_nan=False) + "\n",
                                        encoding="utf-8")
-        for f in (WEIGHTS_FILE, CONFIG_FILE):
+        files = [WEIGHTS_FILE, CONFIG_FILE]
+        if metrics is not None:
+            (tmp / METRICS_FILE).write_text(json.dumps(_jsonable(metrics), indent=2, allow_nan=False) + "\n",
+                                            encoding="utf-8")
+            files.append(METRICS_FILE)
+        for f in files:
             with open(tmp / f, "rb+") as fh:
                 os.fsync(fh.fileno())
         load_adapter(tmp)  # check before swapping in
@@ -230,6 +238,15 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
     return ad
 
 
+def _canonical_encoder(name: str) -> str:
+    from ..data.encoders import get_encoder
+
+    try:
+        return get_encoder(name).name
+    except (ValueError, KeyError):
+        return str(name)
+
+
 def check_compatible(adapter: Adapter, dimension: int, *, encoder: str | None = None,
                      source: str | os.PathLike | None = None) -> None:
     """Refuse embeddings the adapter was not trained for: another dimension, or (when both
@@ -239,5 +256,5 @@ def check_compatible(adapter: Adapter, dimension: int, *, encoder: str | None = 
         raise ValueError(f"{where}adapter dimension {adapter.n_features_in_} does not match the embeddings' "
                          f"dimension {dimension}")
     trained = (getattr(adapter, "metadata_", None) or {}).get("encoder")
-    if encoder is not None and trained is not None and str(trained) != str(encoder):
+    if encoder is not None and trained is not None and _canonical_encoder(str(trained)) != _canonical_encoder(encoder):
         raise ValueError(f"{where}adapter was trained on {trained!r} embeddings, not {encoder!r}")
