@@ -1,4 +1,4 @@
-"""The training loop of :class:`~asymgeo.adapters.Adapter` (PyTorch; extra ``train``).
+r"""The training loop of :class:`~asymgeo.adapters.Adapter` (PyTorch; extra ``train``).
 
 Protocol (paper, Appendix F.1): InfoNCE with temperature ``tau`` over the logits
 
