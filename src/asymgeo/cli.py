@@ -283,8 +283,10 @@ def _add_fit(sub):
 
 def _run_fit(args) -> int:
     from .adapters import save_adapter
+    from .adapters.io import check_output_folder
     from .adapters.workflow import fit_adapter
 
+    check_output_folder(args.out)  # before training, not after
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, data_dir=args.data_dir,

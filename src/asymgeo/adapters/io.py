@@ -25,7 +25,7 @@ import numpy as np
 from .._version import __version__
 from .adapter import FORMS, Adapter
 
-__all__ = ["save_adapter", "load_adapter", "check_compatible", "FORMAT_VERSION", "WEIGHTS_FILE", "CONFIG_FILE"]
+__all__ = ["save_adapter", "load_adapter", "check_compatible", "check_output_folder", "FORMAT_VERSION", "WEIGHTS_FILE", "CONFIG_FILE"]
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "adapter.safetensors"
@@ -54,6 +54,17 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
         return None
     return value
+
+
+def check_output_folder(path: str | os.PathLike) -> Path:
+    """Refuse a destination that is a file or a non-empty folder other than an adapter (so a
+    user's files are never replaced); returns the path."""
+    dest = Path(path)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest}: exists and is not a folder; an adapter is saved as a folder")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / CONFIG_FILE).is_file():
+        raise ValueError(f"{dest}: an existing folder that is not an adapter; refusing to replace it")
+    return dest
 
 
 def save_adapter(
@@ -85,11 +96,7 @@ def save_adapter(
         raise TypeError(f"adapter: expected an asymgeo.adapters.Adapter, got {type(adapter).__name__}")
     adapter._check_fitted()
     st = _safetensors_numpy()
-    dest = Path(path)
-    if dest.exists() and not dest.is_dir():
-        raise ValueError(f"{dest}: exists and is not a folder; an adapter is saved as a folder")
-    if dest.is_dir() and any(dest.iterdir()) and not (dest / CONFIG_FILE).is_file():
-        raise ValueError(f"{dest}: an existing folder that is not an adapter; refusing to replace it")
+    dest = check_output_folder(path)
     meta_prev = getattr(adapter, "metadata_", {}) or {}
     A = np.ascontiguousarray(adapter.query_map_, dtype=np.float64)
     tensors = {"query_map": A}
