@@ -227,3 +227,13 @@ def test_exploding_loss_stops_and_keeps_the_best_checkpoint(problem, caplog):
                 validation_queries=problem.V, validation_relevance=problem.table)
     assert np.isfinite(bad.operator_).all()
     assert bad.validation_ndcg_ == max(h["validation_ndcg"] for h in bad.history_)
+
+
+def test_sparse_mask_path_equals_dense_mask_path(problem, monkeypatch):
+    import asymgeo.adapters.training as training
+
+    dense = _fit(problem, geometry="dual", epochs=2)
+    monkeypatch.setattr(training, "_DENSE_MASK_MAX", 0)  # force the sorted-key lookup used for large n
+    sparse = _fit(problem, geometry="dual", epochs=2)
+    assert [h["loss"] for h in sparse.history_] == pytest.approx([h["loss"] for h in dense.history_], rel=1e-6)
+    np.testing.assert_allclose(sparse.operator_, dense.operator_, atol=1e-6)

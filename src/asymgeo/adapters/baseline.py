@@ -40,10 +40,9 @@ def choose_scale(A: np.ndarray, B: np.ndarray, norm: float, scorer: ValidationSc
     dev = scorer.corpus_t.device
     At = torch.from_numpy(np.asarray(A, dtype=np.float32)).to(dev)
     Bt = torch.from_numpy(np.asarray(B, dtype=np.float32)).to(dev)
-    Q = scorer.queries_t
+    scale = 1.0 / (norm if norm > 0 else 1.0)
     with torch.no_grad():
-        low = (Q @ At.T) @ Bt / (norm if norm > 0 else 1.0)
-        scores = {float(c): scorer.ndcg(Q + float(c) * low) for c in sorted(scales)}
+        scores = {float(c): scorer.ndcg_lowrank(At * float(c) * scale, Bt, True) for c in sorted(scales)}
     best = max(scores, key=lambda c: (scores[c], -c))
     return ScaleChoice(best, scores[best], scores)
 

@@ -42,6 +42,8 @@ EXPLODE_FACTOR = 1e3
 VALIDATION_K = 10
 #: closed-form scale used to initialise the augmented form when validation picks c = 0
 MIN_INIT_SCALE = 0.125
+#: largest n for the dense (n, n) in-batch relevance mask
+_DENSE_MASK_MAX = 8192
 
 
 def import_torch():
@@ -203,8 +205,13 @@ def closed_form_factors(data: TrainingData, geometry: str, rank: int) -> tuple[n
 
 
 class ValidationScorer:
-    """Validation NDCG@10 (binary, Appendix F) of a query-side operator by exact full-corpus
-    search on the training device: ``(Q M) @ corpus.T`` then ``topk``, in corpus blocks."""
+    """Validation NDCG@10 (binary, Appendix F) by exact full-corpus search on the training device.
+
+    For an adapter the score matrix is ``V M C^T`` with ``M = I + A^T B`` (augmented) or
+    ``A^T B`` (projection), computed as ``V C^T + (V A^T)(B C^T)`` (or the second term only):
+    the frozen part ``V C^T`` is computed once, and each epoch costs ``O(r (m + p) N)``
+    instead of ``O(m p N)``; then ``topk`` in corpus blocks.
+    """
 
     def __init__(self, queries: np.ndarray, table: Any, corpus_t: Any, *, k: int = VALIDATION_K,
                  tile_elements: int = 1 << 25):
@@ -214,37 +221,61 @@ class ValidationScorer:
         self.corpus_t = corpus_t
         self.queries_t = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(corpus_t.device)
         self.k = min(k, corpus_t.shape[0])
-        self.block = max(self.k, tile_elements // max(1, self.queries_t.shape[0]))
+        m, N = self.queries_t.shape[0], corpus_t.shape[0]
+        self.block = max(self.k, tile_elements // max(1, m))
+        # the frozen scores, kept when they fit in one tile
+        self.base = self.queries_t @ corpus_t.T if m * N <= tile_elements else None
         self.discount = 1.0 / np.log2(np.arange(2, self.k + 2))
         ideal = np.cumsum(self.discount)
         self.n_rel = np.asarray(table.n_rel)
         self.ideal = np.where(self.n_rel > 0, ideal[np.clip(np.minimum(self.n_rel, self.k) - 1, 0, None)], 0.0)
 
-    def top_indices(self, Q: Any) -> np.ndarray:
+    def _merge(self, best: tuple[Any, Any] | None, S: Any, d0: int) -> tuple[Any, Any]:
         torch = self.torch
-        N = self.corpus_t.shape[0]
-        best_s = best_i = None
-        for d0 in range(0, N, self.block):
-            S = Q @ self.corpus_t[d0 : d0 + self.block].T
-            s, i = torch.topk(S, min(self.k, S.shape[1]), dim=1)
-            i = i + d0
-            if best_s is None:
-                best_s, best_i = s, i
-            else:
-                cs, ci = torch.cat([best_s, s], 1), torch.cat([best_i, i], 1)
-                s2, j = torch.topk(cs, self.k, dim=1)
-                best_s, best_i = s2, torch.gather(ci, 1, j)
-        return best_i.cpu().numpy()
+        s, i = torch.topk(S, min(self.k, S.shape[1]), dim=1)
+        i = i + d0
+        if best is None:
+            return s, i
+        cs, ci = torch.cat([best[0], s], 1), torch.cat([best[1], i], 1)
+        s2, j = torch.topk(cs, self.k, dim=1)
+        return s2, torch.gather(ci, 1, j)
 
-    def ndcg(self, Q: Any) -> float:
-        """Mean binary NDCG@k over judged queries of transformed queries ``Q`` (m, p) tensor."""
-        idx = self.top_indices(Q)
+    def top_indices(self, Q: Any) -> np.ndarray:
+        """Top-k corpus rows of transformed queries ``Q`` (m, p) by ``Q @ corpus.T``."""
+        best = None
+        for d0 in range(0, self.corpus_t.shape[0], self.block):
+            best = self._merge(best, Q @ self.corpus_t[d0 : d0 + self.block].T, d0)
+        assert best is not None
+        return best[1].cpu().numpy()
+
+    def top_indices_lowrank(self, A: Any, B: Any, augmented: bool) -> np.ndarray:
+        """Top-k corpus rows under ``x^T M y`` for ``M = [I +] A^T B`` without forming ``V M``."""
+        QA = self.queries_t @ A.T
+        best = None
+        for d0 in range(0, self.corpus_t.shape[0], self.block):
+            C = self.corpus_t[d0 : d0 + self.block]
+            S = QA @ (B @ C.T)
+            if augmented:
+                S = S + (self.base[:, d0 : d0 + self.block] if self.base is not None else self.queries_t @ C.T)
+            best = self._merge(best, S, d0)
+        assert best is not None
+        return best[1].cpu().numpy()
+
+    def _ndcg(self, idx: np.ndarray) -> float:
         g = self.table.grades(idx[self.table.rows]) > 0
         dcg = (g * self.discount).sum(axis=1)
         keep = self.n_rel > 0
         if not keep.any():
             return 0.0
         return float(np.mean(dcg[keep] / self.ideal[keep]))
+
+    def ndcg(self, Q: Any) -> float:
+        """Mean binary NDCG@k over judged queries of transformed queries ``Q`` (m, p) tensor."""
+        return self._ndcg(self.top_indices(Q))
+
+    def ndcg_lowrank(self, A: Any, B: Any, augmented: bool) -> float:
+        """Mean binary NDCG@k under ``M = [I +] A^T B`` (see :meth:`top_indices_lowrank`)."""
+        return self._ndcg(self.top_indices_lowrank(A, B, augmented))
 
 
 @dataclass
@@ -333,6 +364,13 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
             pos_ = torch.searchsorted(keys_t, k).clamp_max(keys_t.numel() - 1)
             return keys_t[pos_] == k
 
+        # relevance masks: in-batch column j is masked for row i when pos[j] is relevant to query i
+        # (dense n x n table when small, else a sorted-key lookup per batch); hard negatives once
+        pair_mask = None
+        if n <= _DENSE_MASK_MAX:
+            all_idx = torch.arange(n, device=device)
+            pair_mask = in_keys(all_idx[:, None] * N + pos_t[None, :])
+        hard_mask = None if hard_t is None else in_keys(torch.arange(n, device=device)[:, None] * N + hard_t)
         perms = [torch.from_numpy(epoch_permutation(adapter.seed, e, n)).to(device)
                  for e in range(1, int(adapter.epochs) + 1)]
         eye = torch.eye(bs, dtype=torch.bool, device=device)
@@ -341,7 +379,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
             with torch.no_grad():
                 A0t = torch.from_numpy(A0.astype(np.float32)).to(device)
                 B0t = torch.from_numpy(B0.astype(np.float32)).to(device)
-                val0 = scorer.ndcg(apply(scorer.queries_t, A0t, B0t))
+                val0 = scorer.ndcg_lowrank(A0t, B0t, augmented)
         history: list[dict[str, Any]] = []
         best: tuple[float, float | None, int, np.ndarray, np.ndarray] | None = None  # (score, lr, epoch, A, B)
         stopped: list[str] = []
@@ -372,12 +410,15 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                         q = apply(X_t[idx], A, B)
                         prow = pos_t[idx]
                         S = q @ corpus_t[prow].T
-                        mask = in_keys(idx[:, None] * N + prow[None, :]) & ~eye[:b, :b]
+                        if pair_mask is not None:
+                            mask = pair_mask[idx][:, idx] & ~eye[:b, :b]
+                        else:
+                            mask = in_keys(idx[:, None] * N + prow[None, :]) & ~eye[:b, :b]
                         logits = S.masked_fill(mask, -math.inf)
                         if hard_t is not None:
                             hrow = hard_t[idx]
                             H = torch.einsum("bp,bkp->bk", q, corpus_t[hrow])
-                            H = H.masked_fill(in_keys(idx[:, None] * N + hrow), -math.inf)
+                            H = H.masked_fill(hard_mask[idx], -math.inf)
                             logits = torch.cat([logits, H], dim=1)
                         loss = torch.nn.functional.cross_entropy(logits / tau, torch.arange(b, device=device))
                         value = float(loss.detach())
@@ -400,7 +441,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                     val = None
                     if scorer is not None:
                         with torch.no_grad():
-                            val = scorer.ndcg(apply(scorer.queries_t, A, B))
+                            val = scorer.ndcg_lowrank(A, B, augmented)
                     history.append({"learning_rate": lr, "epoch": epoch, "loss": last_loss, "validation_ndcg": val})
                     bar.update(1)
                     bar.set_postfix(lr=f"{lr:g}", loss=f"{last_loss:.4f}",
