@@ -55,7 +55,8 @@ def naive_fit(d, emb_corpus16, rank, epochs, lr, seed=0):
                                 for i in idx])
             qt = q + (q @ A.T) @ B
             S = qt @ docs.T
-            same = torch.tensor(tr.pos_rows[idx][:, None] == tr.pos_rows[idx][None, :]) & ~torch.eye(len(idx), dtype=torch.bool)
+            rows = tr.pos_rows[idx]
+            same = torch.tensor(rows[:, None] == rows[None, :]) & ~torch.eye(len(idx), dtype=torch.bool)
             S = S.masked_fill(same, -math.inf)
             H = torch.einsum("bp,bkp->bk", qt, hard)
             loss = torch.nn.functional.cross_entropy(torch.cat([S, H], 1) / 0.05, torch.arange(len(idx)))

@@ -8,7 +8,7 @@ import numpy as np
 def binary_ndcg10(scores: np.ndarray, relevant: list[set[int]]) -> float:
     """Mean NDCG@10 (Appendix F) by a full argsort of each score row."""
     out = []
-    for s, rel in zip(scores, relevant):
+    for s, rel in zip(scores, relevant, strict=True):
         order = np.argsort(-s, kind="stable")[:10]
         dcg = sum(1.0 / np.log2(j + 2) for j, d in enumerate(order) if d in rel)
         ideal = sum(1.0 / np.log2(j + 2) for j in range(min(10, len(rel))))

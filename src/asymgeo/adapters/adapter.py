@@ -13,7 +13,8 @@ PyTorch (extra ``train``); a fitted or loaded adapter is plain numpy.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -97,6 +98,20 @@ class Adapter(_Params):
     n_features_in_ : p
     """
 
+    geometry_: str
+    selection_: Any
+    operator_: np.ndarray
+    query_map_: np.ndarray
+    doc_map_: np.ndarray
+    learning_rate_: float | None
+    best_epoch_: int | None
+    validation_ndcg_: float | None
+    history_: list[dict[str, Any]]
+    init_scale_: float | None
+    stopped_: list[str]
+    n_features_in_: int
+    metadata_: dict[str, Any]
+
     def __init__(
         self,
         geometry: str = "shared",
@@ -168,7 +183,7 @@ class Adapter(_Params):
         validation_queries: Any = None,
         validation_relevance: Any = None,
         negative_rows: Any = None,
-    ) -> "Adapter":
+    ) -> Adapter:
         """Train on frozen embeddings.
 
         Parameters
@@ -240,7 +255,7 @@ class Adapter(_Params):
         form: str = "augmented",
         geometry: str | None = None,
         **params: Any,
-    ) -> "Adapter":
+    ) -> Adapter:
         """A fitted adapter from given maps ``A`` (and ``B``; ``None`` means shared ``B = A``).
 
         ``geometry`` defaults to ``"shared"`` when ``doc_map`` is None or equal to

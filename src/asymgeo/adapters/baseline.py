@@ -9,8 +9,9 @@ and ``c`` is chosen from a small grid by validation NDCG@10 (exact full-corpus s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +80,7 @@ def closed_form_adapter(
     A, B, norm = closed_form_factors(data, geometry, rank)
     torch = import_torch()
     corpus_t = torch.from_numpy(data.corpus).to(resolve_device(device))
+    assert data.validation_queries is not None  # checked by prepare_training
     scorer = ValidationScorer(data.validation_queries, data.validation_relevance, corpus_t)
     choice = choose_scale(A, B, norm, scorer, scales)
     s = math.sqrt(choice.scale / norm) if norm > 0 else 0.0

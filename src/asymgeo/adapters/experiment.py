@@ -50,6 +50,10 @@ def _load(dataset: str, encoder: str, data_dir: str, cache_dir: str, k: int) -> 
     return {"triples": tr, "corpus": corpus, "V": V, "vt": vt, "T": T, "tt": tt, "relevant": relevant}
 
 
+def _num(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
 def _test_ndcg(d: dict[str, Any], operator: np.ndarray | None) -> float:
     from ..metrics import evaluate_indices
     from ..search import exact_search
@@ -103,8 +107,8 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     for fam in FAMILIES:
         b = closed_form_adapter(sub.X, sub.pos_rows, d["corpus"], geometry=fam, rank=rank, **common)
         out[f"baseline_{fam}_test"] = _test_ndcg(d, b.operator_)
-        out[f"baseline_{fam}_validation"] = float(b.validation_ndcg_)
-        out[f"baseline_{fam}_c"] = float(b.init_scale_)
+        out[f"baseline_{fam}_validation"] = _num(b.validation_ndcg_)
+        out[f"baseline_{fam}_c"] = _num(b.init_scale_)
     for form in FORMS:
         for fam in FAMILIES:
             t0 = time.perf_counter()
@@ -113,9 +117,9 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
             ad.fit(sub.X, sub.pos_rows, d["corpus"], relevant_rows=relevant, **common)
             key = f"{fam}_{form}"
             out[f"{key}_test"] = _test_ndcg(d, ad.operator_)
-            out[f"{key}_validation"] = float(ad.validation_ndcg_)
+            out[f"{key}_validation"] = _num(ad.validation_ndcg_)
             out[f"{key}_lr"] = float(ad.learning_rate_) if ad.learning_rate_ is not None else float("nan")
-            out[f"{key}_epoch"] = int(ad.best_epoch_)
+            out[f"{key}_epoch"] = -1 if ad.best_epoch_ is None else int(ad.best_epoch_)
             out[f"{key}_seconds"] = time.perf_counter() - t0
     if n >= 4:
         cars = cars_score(sub.X, sub.Y_pos, sub.Y_neg, rank, n_splits=20, seed=train_seed, n_jobs=1)

@@ -83,7 +83,7 @@ def export_sentence_transformers(
     spec = get_encoder(base)
     model = SentenceTransformer(spec.model_path(), device=device)
     model.max_seq_length = spec.max_tokens
-    get_dim = getattr(model, "get_embedding_dimension", None) or getattr(model, "get_sentence_embedding_dimension")
+    get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = get_dim()
     if dim is not None and int(dim) != adapter.n_features_in_:
         raise ValueError(f"base: {spec.name} embeds in {dim} dimensions, but the adapter has dimension "

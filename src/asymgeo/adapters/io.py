@@ -25,7 +25,8 @@ import numpy as np
 from .._version import __version__
 from .adapter import FORMS, Adapter
 
-__all__ = ["save_adapter", "load_adapter", "check_compatible", "check_output_folder", "FORMAT_VERSION", "WEIGHTS_FILE", "CONFIG_FILE"]
+__all__ = ["save_adapter", "load_adapter", "check_compatible", "check_output_folder", "FORMAT_VERSION",
+           "WEIGHTS_FILE", "CONFIG_FILE", "METRICS_FILE"]
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "adapter.safetensors"
@@ -102,7 +103,8 @@ def save_adapter(
     tensors = {"query_map": A}
     if adapter.geometry_ == "dual":
         tensors["doc_map"] = np.ascontiguousarray(adapter.doc_map_, dtype=np.float64)
-    selection = adapter.selection_.as_dict() if getattr(adapter, "selection_", None) is not None else None
+    sel = getattr(adapter, "selection_", None)
+    selection = sel.as_dict() if sel is not None else None
     params = adapter.get_params()
     params["learning_rates"] = list(params["learning_rates"]) if not isinstance(
         params["learning_rates"], (int, float)) else [params["learning_rates"]]
@@ -193,7 +195,8 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _fail(cfg_path, f"not valid JSON ({exc})") from None
     if not isinstance(cfg, dict) or cfg.get("format") != _FORMAT_NAME:
-        raise _fail(cfg_path, f"not an asymgeo adapter config (format {cfg.get('format') if isinstance(cfg, dict) else None!r})")
+        fmt = cfg.get("format") if isinstance(cfg, dict) else None
+        raise _fail(cfg_path, f"not an asymgeo adapter config (format {fmt!r})")
     if cfg.get("format_version") != FORMAT_VERSION:
         raise _fail(cfg_path, f"format version {cfg.get('format_version')!r} is not supported "
                               f"(this asymgeo reads version {FORMAT_VERSION})")
@@ -219,7 +222,8 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
         raise _fail(w_path, f"not a readable safetensors file ({exc})") from None
     expected = {"query_map"} | ({"doc_map"} if geometry == "dual" else set())
     if set(tensors) != expected:
-        raise _fail(w_path, f"tensors {sorted(tensors)} do not match the {geometry} geometry (expected {sorted(expected)})")
+        raise _fail(w_path, f"tensors {sorted(tensors)} do not match the {geometry} geometry "
+                            f"(expected {sorted(expected)})")
     for name, arr in tensors.items():
         if arr.dtype != np.float64:
             raise _fail(w_path, f"tensor {name!r} has dtype {arr.dtype}, expected float64")
@@ -234,7 +238,7 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
             params[key] = tuple(training[key]) if key == "learning_rates" else training[key]
     ad = Adapter.from_maps(tensors["query_map"], tensors.get("doc_map"), form=form, geometry=geometry, **params)
     fitted = cfg.get("fitted") or {}
-    ad.geometry = training.get("geometry", geometry)
+    ad.geometry = str(training.get("geometry", geometry))
     ad.learning_rate_ = fitted.get("learning_rate")
     ad.best_epoch_ = fitted.get("best_epoch")
     ad.validation_ndcg_ = fitted.get("validation_ndcg")

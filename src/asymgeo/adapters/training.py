@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def _int_rows(value: Any, name: str, shape: tuple, n_docs: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name}: expected integer corpus rows, got dtype {arr.dtype}")
-    if arr.ndim != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape)):
+    if arr.ndim != len(shape) or any(s is not None and a != s for a, s in zip(arr.shape, shape, strict=True)):
         want = "(" + ", ".join("k" if s is None else str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
         raise ValueError(f"{name}: expected shape {want}, got {arr.shape}")
     if arr.size and (arr.min() < 0 or arr.max() >= n_docs):
@@ -398,7 +399,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                 opt = torch.optim.AdamW(params, lr=lr, weight_decay=float(adapter.weight_decay))
                 history.append({"learning_rate": lr, "epoch": 0, "loss": None, "validation_ndcg": val0})
                 run_best = -math.inf if val0 is None else val0
-                if scorer is not None and (best is None or val0 > best[0]):
+                if val0 is not None and (best is None or val0 > best[0]):
                     best = (val0, lr, 0, A0.copy(), B0.copy())
                 since_gain, first_loss, diverged = 0, None, False
                 last_loss, last_epoch = math.nan, 0
@@ -415,7 +416,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                         else:
                             mask = in_keys(idx[:, None] * N + prow[None, :]) & ~eye[:b, :b]
                         logits = S.masked_fill(mask, -math.inf)
-                        if hard_t is not None:
+                        if hard_t is not None and hard_mask is not None:
                             hrow = hard_t[idx]
                             H = torch.einsum("bp,bkp->bk", q, corpus_t[hrow])
                             H = H.masked_fill(hard_mask[idx], -math.inf)

@@ -8,8 +8,9 @@ results; the CLI only prints them.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,10 @@ class AdaptationData:
     T: np.ndarray
     test: Any
     relevant: list[set[int]] = field(repr=False)
+
+
+def _num(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
 
 
 def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathLike | None = None,
@@ -137,9 +142,9 @@ def fit_adapter(
     metrics = {
         "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus),
                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus)},
-        "closed_form": {"validation_ndcg@10": float(base.validation_ndcg_),
+        "closed_form": {"validation_ndcg@10": _num(base.validation_ndcg_),
                         "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, base.operator_),
-                        "c": float(base.init_scale_)},
+                        "c": _num(base.init_scale_)},
         "trained": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, ad.operator_),
                     "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, ad.operator_),
                     "learning_rate": ad.learning_rate_, "best_epoch": ad.best_epoch_},
