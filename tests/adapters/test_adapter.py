@@ -238,3 +238,16 @@ def test_sparse_mask_path_equals_dense_mask_path(problem, monkeypatch):
     losses = [h["loss"] for h in dense.history_ if h["epoch"] > 0]
     assert [h["loss"] for h in sparse.history_ if h["epoch"] > 0] == pytest.approx(losses, rel=1e-6)
     np.testing.assert_allclose(sparse.operator_, dense.operator_, atol=1e-6)
+
+
+def test_readme_faiss_example_searches_the_unchanged_index(problem):
+    import faiss  # the faiss extra (part of dev)
+
+    ad = _fit(problem, geometry="dual", epochs=2)
+    index = faiss.IndexFlatIP(problem.corpus.shape[1])
+    index.add(problem.corpus.astype("float32"))  # built from the frozen embeddings, before any adapter
+    scores, ids = index.search(ad.query_transform(problem.V).astype("float32"), 10)
+    S = ad.similarity(problem.V, problem.corpus)
+    expected = np.argsort(-S, axis=1, kind="stable")[:, :10]
+    np.testing.assert_allclose(scores, np.take_along_axis(S, expected, 1), atol=1e-5)
+    assert (ids == expected).mean() > 0.99  # identical up to float32 near-ties
