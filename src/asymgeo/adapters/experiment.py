@@ -28,46 +28,26 @@ FORMS = ("augmented", "projection")
 
 
 @functools.lru_cache(maxsize=4)
-def _load(dataset: str, encoder: str, data_dir: str, cache_dir: str, k: int) -> dict[str, Any]:
-    from ..data import adaptation_split, load_beir, load_embeddings, load_triples
-    from ..metrics import RelevanceTable
+def _load(dataset: str, encoder: str, data_dir: str, cache_dir: str, k: int) -> Any:
+    from .workflow import load_adaptation_data
 
-    ds = load_beir(dataset, data_dir=data_dir)
-    emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
-    tr = load_triples(ds, encoder, "train", cache=emb, k=k)
-    split = adaptation_split(ds)
-    qrels = ds.all_qrels()
-    corpus = np.asarray(emb.corpus, dtype=np.float32)
-
-    def part(ids: list[str]) -> tuple[np.ndarray, Any]:
-        ids = [q for q in ids if q in qrels]
-        Q = np.asarray(emb.queries[emb.query_rows(ids)], dtype=np.float32)
-        return Q, RelevanceTable({q: qrels[q] for q in ids}, ids, emb.corpus_ids, unknown_docs="ignore")
-
-    V, vt = part(split["validation"])
-    T, tt = part(split["test"])
-    relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
-    return {"triples": tr, "corpus": corpus, "V": V, "vt": vt, "T": T, "tt": tt, "relevant": relevant}
+    return load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, k=k)
 
 
 def _num(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
-def _test_ndcg(d: dict[str, Any], operator: np.ndarray | None) -> float:
-    from ..metrics import evaluate_indices
-    from ..search import exact_search
+def _test_ndcg(d: Any, operator: np.ndarray | None) -> float:
+    from .workflow import ndcg_at_10
 
-    res = exact_search(d["T"], d["corpus"], 10, operator=operator)
-    return float(evaluate_indices(res.indices, d["tt"], ["ndcg@10"]).mean["ndcg@10"])
+    return ndcg_at_10(d.T, d.test, d.corpus, operator)
 
 
-def _val_ndcg(d: dict[str, Any], operator: np.ndarray | None) -> float:
-    from ..metrics import evaluate_indices
-    from ..search import exact_search
+def _val_ndcg(d: Any, operator: np.ndarray | None) -> float:
+    from .workflow import ndcg_at_10
 
-    res = exact_search(d["V"], d["corpus"], 10, operator=operator)
-    return float(evaluate_indices(res.indices, d["vt"], ["ndcg@10"]).mean["ndcg@10"])
+    return ndcg_at_10(d.V, d.validation, d.corpus, operator)
 
 
 def cell(config: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +67,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     s, n, rank = int(config["seed_index"]), int(config["n"]), int(config["rank"])
     d = _load(str(config["dataset"]), str(config["encoder"]), str(config["data_dir"]), str(config["cache_dir"]),
               int(config.get("hard_negatives", 8)))
-    tr = d["triples"]
+    tr = d.triples
     subset_seed = cell_seed(master, 1, s)
     train_seed = cell_seed(master, 2, s) % (2**31)
     subsets = nested_subsets(tr.query_ids, sizes=[n], seed=subset_seed, include_full=False)
@@ -98,14 +78,14 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     ids = subsets[n]
     sub = tr.subset(ids)
     where = {q: i for i, q in enumerate(tr.query_ids)}
-    relevant = [d["relevant"][where[q]] for q in ids]
+    relevant = [d.relevant[where[q]] for q in ids]
     lrs = tuple(float(x) for x in str(config.get("learning_rates", "3e-4,1e-3,3e-3")).split(","))
-    common = dict(hard_negative_rows=sub.hard_negative_rows, validation_queries=d["V"],
-                  validation_relevance=d["vt"])
-    out: dict[str, Any] = {"subset_seed": subset_seed, "train_seed": train_seed, "n_docs": int(d["corpus"].shape[0]),
+    common = {"hard_negative_rows": sub.hard_negative_rows, "validation_queries": d.V,
+              "validation_relevance": d.validation}
+    out: dict[str, Any] = {"subset_seed": subset_seed, "train_seed": train_seed, "n_docs": int(d.corpus.shape[0]),
                            "frozen_test": _test_ndcg(d, None), "frozen_validation": _val_ndcg(d, None)}
     for fam in FAMILIES:
-        b = closed_form_adapter(sub.X, sub.pos_rows, d["corpus"], geometry=fam, rank=rank, **common)
+        b = closed_form_adapter(sub.X, sub.pos_rows, d.corpus, geometry=fam, rank=rank, **common)
         out[f"baseline_{fam}_test"] = _test_ndcg(d, b.operator_)
         out[f"baseline_{fam}_validation"] = _num(b.validation_ndcg_)
         out[f"baseline_{fam}_c"] = _num(b.init_scale_)
@@ -114,7 +94,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
             t0 = time.perf_counter()
             ad = Adapter(geometry=fam, rank=rank, form=form, init=str(config.get("init", "closed_form")),
                          learning_rates=lrs, epochs=int(config["epochs"]), seed=train_seed)
-            ad.fit(sub.X, sub.pos_rows, d["corpus"], relevant_rows=relevant, **common)
+            ad.fit(sub.X, sub.pos_rows, d.corpus, relevant_rows=relevant, **common)
             key = f"{fam}_{form}"
             out[f"{key}_test"] = _test_ndcg(d, ad.operator_)
             out[f"{key}_validation"] = _num(ad.validation_ndcg_)
