@@ -251,3 +251,11 @@ def test_readme_faiss_example_searches_the_unchanged_index(problem):
     expected = np.argsort(-S, axis=1, kind="stable")[:, :10]
     np.testing.assert_allclose(scores, np.take_along_axis(S, expected, 1), atol=1e-5)
     assert (ids == expected).mean() > 0.99  # identical up to float32 near-ties
+
+
+def test_progress_bar_shows_loss_and_validation_ndcg(problem, capsys):
+    _fit(problem, geometry="shared", epochs=2, progress=True)
+    err = capsys.readouterr().err
+    assert "train shared" in err and "loss=" in err and "ndcg=" in err
+    _fit(problem, geometry="shared", epochs=2, progress=False)
+    assert "train shared" not in capsys.readouterr().err
