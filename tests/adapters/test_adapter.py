@@ -7,10 +7,10 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import make_problem
+from adapter_fixtures import make_problem
+from adapter_reference import binary_ndcg10, info_nce, truncations
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import binary_ndcg10, info_nce, truncations
 
 from asymgeo.adapters import Adapter
 from asymgeo.estimators import NotFittedError

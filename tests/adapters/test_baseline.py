@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from reference import binary_ndcg10, truncations
+from adapter_reference import binary_ndcg10, truncations
 
 from asymgeo.adapters import DEFAULT_SCALES, closed_form_adapter
 
