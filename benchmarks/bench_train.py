@@ -89,27 +89,40 @@ def run(quick: bool) -> str:
             tr.X, tr.pos_rows, d.corpus, **fit_kw)
         return time.perf_counter() - t, ad
 
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lib("dual", (1e-3,))  # warm-up (imports, allocator)
     t_one, ad_one = lib("dual", (1e-3,))
+    threads = torch.get_num_threads()
     t0 = time.perf_counter()
     naive_best = naive_fit(d, emb.corpus, 16, epochs, 1e-3)
     t_naive = time.perf_counter() - t0
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        naive_fit(d, emb.corpus, 16, epochs, 1e-3)
+        t_naive1 = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
     t_grid = sum(lib(g, (3e-4, 1e-3, 3e-3), init="closed_form")[0] for g in ("shared", "dual"))
-    threads = torch.get_num_threads()
     lines = [
         "## Adapter training (`asymgeo.adapters.Adapter.fit`)",
         "",
         f"SciFact, all-MiniLM-L6-v2 (p = 384), rank 16, {len(tr)} training queries, {len(d.validation)} validation "
         f"queries, {d.corpus.shape[0]:,} documents, batch 256, 8 hard negatives, {epochs} epochs with validation "
         f"NDCG@10 by exact full-corpus search after every epoch; {platform.machine()}, {os.cpu_count()} CPUs, "
-        f"torch {torch.__version__} with {threads} threads{' (quick sizes)' if quick else ''}.",
+        f"torch {torch.__version__} with {threads} threads{' (quick sizes)' if quick else ''}; the machine is shared "
+        f"(1-minute load average {load:.1f} when the run started), so absolute times are inflated; the ratio "
+        "compares runs made side by side.",
         "",
         "| run | wall time | ratio |",
         "|---|---:|---:|",
-        f"| plain PyTorch loop (per-batch float16 gathers, per-example stacking, full exact_search validation) "
-        f"| {t_naive:.2f} s | 1.0x |",
-        f"| `Adapter.fit`, one learning rate (dual) | {t_one:.2f} s | {t_naive / t_one:.1f}x |",
-        f"| `Adapter.fit`, grid {{3e-4, 1e-3, 3e-3}} x {{shared, dual}}, closed-form init | {t_grid:.2f} s | |",
+        f"| plain PyTorch loop (per-batch float16 gathers, per-example stacking, full exact_search validation), "
+        f"{threads} torch threads | {t_naive:.2f} s | {t_naive1 / t_naive:.2f}x |",
+        f"| the same plain loop, 1 torch thread | {t_naive1:.2f} s | 1.0x |",
+        f"| `Adapter.fit`, one learning rate (dual; trains with 1 thread on CPU) | {t_one:.2f} s "
+        f"| {t_naive1 / t_one:.1f}x |",
+        f"| `Adapter.fit`, grid {{3e-4, 1e-3, 3e-3}} x {{shared, dual}}, closed-form init | {t_grid:.2f} s "
+        f"| {6 * t_naive1 / t_grid:.1f}x (vs 6 plain runs) |",
         "",
         f"Both loops train the same model on the same batches: best validation NDCG@10 {ad_one.validation_ndcg_:.4f} "
         f"(library, incl. epoch 0) and {naive_best:.4f} (plain loop, epochs 1..{epochs}).  Goals (issue 9): one run "

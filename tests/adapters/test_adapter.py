@@ -259,3 +259,12 @@ def test_progress_bar_shows_loss_and_validation_ndcg(problem, capsys):
     assert "train shared" in err and "loss=" in err and "ndcg=" in err
     _fit(problem, geometry="shared", epochs=2, progress=False)
     assert "train shared" not in capsys.readouterr().err
+
+
+def test_fit_restores_torch_settings(problem):
+    import torch
+
+    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    _fit(problem, geometry="shared", epochs=1)
+    assert torch.get_num_threads() == threads
+    assert torch.are_deterministic_algorithms_enabled() == det

@@ -294,16 +294,25 @@ class TrainResult:
 
 @contextlib.contextmanager
 def _deterministic(torch: Any, device: str) -> Iterator[None]:
-    """Deterministic kernels on CPU for the duration of training (restored afterwards)."""
+    """On CPU, for the duration of training: deterministic kernels, and one intra-op thread.
+
+    The loop's operations are small (a batch of 256 rows); with several torch threads on a
+    busy machine the threads spin against each other (measured on 2 shared cores: 8.2 s
+    with 2 threads, 0.9 s with 1 for the same 30-epoch run, docs/benchmarks.md).  Both
+    settings are restored afterwards.
+    """
     if not device.startswith("cpu"):
         yield
         return
     before = torch.are_deterministic_algorithms_enabled()
+    threads = torch.get_num_threads()
     torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(before)
+        torch.set_num_threads(threads)
 
 
 def _initial_maps(adapter: Any, data: TrainingData, geometry: str, scorer: ValidationScorer | None,
