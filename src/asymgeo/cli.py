@@ -227,23 +227,34 @@ def _add_evaluate(sub):
 
 
 def _run_evaluate(args) -> int:
+    if getattr(args, "adapter", None):
+        return _run_evaluate_adapter(args)
     from .evaluation import evaluate_frozen
     from .metrics import format_metrics
 
-    if getattr(args, "adapter", None):
-        from .adapters.workflow import evaluate_adapter
-
-        res = evaluate_adapter(args.dataset, args.encoder, args.adapter, split=args.split, k=args.k,
-                               data_dir=args.data_dir, cache_dir=args.cache_dir, backend=args.backend)
-    else:
-        res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
-                              cache_dir=args.cache_dir, backend=args.backend)
+    res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
+                          cache_dir=args.cache_dir, backend=args.backend)
     if args.json:
         _print_json({**res.extra, **res.as_dict()})
         return 0
     x = res.extra
-    through = f", through the {x['geometry']} {x['form']} adapter {x['adapter']}" if "adapter" in x else ""
-    print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split{through}: "
+    print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split: "
+                                    f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
+    return 0
+
+
+def _run_evaluate_adapter(args) -> int:
+    from .adapters.workflow import evaluate_adapter
+    from .metrics import format_metrics
+
+    res = evaluate_adapter(args.dataset, args.encoder, args.adapter, split=args.split, k=args.k,
+                           data_dir=args.data_dir, cache_dir=args.cache_dir, backend=args.backend)
+    if args.json:
+        _print_json({**res.extra, **res.as_dict()})
+        return 0
+    x = res.extra
+    print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split, through the "
+                                    f"{x['geometry']} {x['form']} adapter {x['adapter']}: "
                                     f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
     return 0
 
