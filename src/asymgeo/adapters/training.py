@@ -297,8 +297,8 @@ def _deterministic(torch: Any, device: str) -> Iterator[None]:
     """On CPU, for the duration of training: deterministic kernels, and one intra-op thread.
 
     The loop's operations are small (a batch of 256 rows); with several torch threads on a
-    busy machine the threads spin against each other (measured on 2 shared cores: 8.2 s
-    with 2 threads, 0.9 s with 1 for the same 30-epoch run, docs/benchmarks.md).  Both
+    busy machine the threads spin against each other (measured on 2 shared cores: the same
+    30-epoch run 6-10x slower with 2 threads than with 1, docs/benchmarks.md).  Both
     settings are restored afterwards.
     """
     if not device.startswith("cpu"):
