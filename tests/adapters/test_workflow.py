@@ -119,3 +119,20 @@ def test_export_needs_a_base_when_the_adapter_has_no_encoder(tmp_path, capsys, r
     out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 384))), tmp_path / "a")
     rc = main(["export", str(out), "--out", str(tmp_path / "m")])
     assert rc == 2 and "pass --base" in capsys.readouterr().err
+
+
+def test_fit_with_a_diverging_loss_fails_cleanly(shared_dir, tmp_path, capsys):
+    out = tmp_path / "div"
+    argv = _fit_argv(shared_dir, out)
+    argv[argv.index("--learning-rates") + 1] = "1e4"
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "learning_rates: training diverged" in err
+    assert not out.exists()
+
+
+def test_sklearn_clone():
+    from sklearn.base import clone
+
+    ad = Adapter(geometry="dual", rank=8, learning_rates=(1e-3,), early_stopping=2)
+    assert clone(ad).get_params() == ad.get_params()

@@ -241,7 +241,7 @@ class Adapter(_Params):
             raise ValueError(
                 "learning_rates: training diverged for every learning rate ("
                 + "; ".join(result.stopped)
-                + "); the best checkpoint before divergence is kept in this adapter; lower the learning rates"
+                + "); the fitted attributes hold the best checkpoint before it; lower the learning rates"
             )
         return self
 

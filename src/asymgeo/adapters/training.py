@@ -437,7 +437,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                         if not math.isfinite(value) or value > EXPLODE_FACTOR * first_loss:
                             diverged = True
                             stopped.append(f"lr={lr:g}: loss {value:.4g} at epoch {epoch}")
-                            logger.warning("adapter training stopped: %s; keeping the best checkpoint", stopped[-1])
+                            logger.info("adapter training stopped: %s; keeping the best checkpoint", stopped[-1])
                             break
                         opt.zero_grad(set_to_none=True)
                         loss.backward()
