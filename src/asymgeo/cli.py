@@ -302,7 +302,9 @@ def _run_fit(args) -> int:
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, device=args.device, progress=not args.no_progress)
-    out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics)
+    out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
+                       extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
+                              "versions": rep.versions})
     if args.json:
         _print_json({"adapter": str(out), **rep.metrics})
         return 0

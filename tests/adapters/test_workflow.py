@@ -37,6 +37,9 @@ def test_fit_writes_a_complete_adapter(fitted_dir, capsys):
     ad = load_adapter(fitted_dir)
     assert ad.geometry_ == "dual" and ad.metadata_["encoder"] == "all-MiniLM-L6-v2"
     assert ad.metadata_["dataset"] == "scifact"
+    assert ad.metadata_["extra"]["arguments"]["geometry"] == "dual"
+    assert ad.metadata_["extra"]["arguments"]["n_train"] == 32
+    assert {"numpy", "torch", "asymgeo"} <= set(ad.metadata_["extra"]["versions"])
     # the frozen number is the published-scale MiniLM SciFact figure computed elsewhere in the suite
     assert 0.6 < metrics["frozen"]["test_ndcg@10"] < 0.7
 

@@ -91,6 +91,7 @@ class FitReport:
     n_train: int
     dataset: str
     encoder: str
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 def fit_adapter(
@@ -154,7 +155,12 @@ def fit_adapter(
     if ad.selection_ is not None:
         metrics["cars"] = {"choice": ad.selection_.choice, "score": ad.selection_.score,
                            "standard_error": ad.selection_.standard_error}
-    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder)
+    import torch
+
+    from ..experiments.runner import package_versions
+
+    versions = {**package_versions(), "torch": torch.__version__}
+    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions)
 
 
 def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike, *, split: str = "test",
