@@ -79,6 +79,10 @@ _EXPORTS: dict[str, str] = {
     "nested_subsets": "data",
     "load_triples": "data",
     "Triples": "data",
+    # trained adapters (training needs the `train` extra; torch is imported only when used)
+    "Adapter": "adapters",
+    "save_adapter": "adapters",
+    "load_adapter": "adapters",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -98,6 +102,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
+    from .adapters import Adapter, load_adapter, save_adapter
     from .compare import PairedComparison, paired_comparison
     from .data import (
         BeirDataset,

@@ -99,3 +99,20 @@ def json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def package_versions() -> dict[str, str]:
+    """Versions recorded with every experiment cell and fitted adapter: python, asymgeo, numpy, scipy."""
+    import platform
+
+    import numpy
+    import scipy
+
+    from ._version import __version__
+
+    return {
+        "python": platform.python_version(),
+        "asymgeo": __version__,
+        "numpy": numpy.__version__,
+        "scipy": scipy.__version__,
+    }

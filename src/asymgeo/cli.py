@@ -235,11 +235,15 @@ def _add_evaluate(sub):
                    help="order of exactly equal scores: by document id descending as trec_eval (default) "
                         "or by lower corpus row")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("--adapter", default=None, metavar="DIR",
+                   help="evaluate through a saved adapter (asymgeo fit --out DIR); the frozen corpus is not re-indexed")
     p.set_defaults(func=_run_evaluate)
     return p
 
 
 def _run_evaluate(args) -> int:
+    if getattr(args, "adapter", None):
+        return _run_evaluate_adapter(args)
     from .data import evaluate_frozen
     from .metrics import format_metrics
 
@@ -251,6 +255,122 @@ def _run_evaluate(args) -> int:
     x = res.extra
     print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split: "
                                     f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
+    return 0
+
+
+def _run_evaluate_adapter(args) -> int:
+    from .adapters.workflow import evaluate_adapter
+    from .metrics import format_metrics
+
+    res = evaluate_adapter(args.dataset, args.encoder, args.adapter, split=args.split, k=args.k,
+                           data_dir=args.data_dir, cache_dir=args.cache_dir, backend=args.backend,
+                           ties=args.ties)
+    if args.json:
+        _print_json({**res.extra, **res.as_dict()})
+        return 0
+    x = res.extra
+    print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split, through the "
+                                    f"{x['geometry']} {x['form']} adapter {x['adapter']}: "
+                                    f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
+    return 0
+
+
+# --------------------------------------------------------------------------- fit
+@_command("fit")
+def _add_fit(sub):
+    p = _subparser(
+        sub,
+        "fit",
+        "Train a rank-r shared or dual adapter on frozen embeddings (paper protocol, Appendix F.1) and save it.",
+        "asymgeo fit scifact --encoder all-MiniLM-L6-v2 --geometry auto --rank 16 --out adapters/scifact "
+        "--data-dir ../shared/data --cache-dir ../shared/embeddings",
+    )
+    _add_data_args(p)
+    p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
+                   help="adapter family; auto: CARS (eq. 7) on the training triples decides")
+    p.add_argument("--rank", type=int, default=16, help="rank r (default 16)")
+    p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
+                   help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")
+    p.add_argument("--init", choices=["closed_form", "random"], default="closed_form",
+                   help="initialisation (default closed_form)")
+    p.add_argument("--n-train", type=int, default=None, help="use a seeded subset of N training queries (default all)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the subset, epoch order, init and CARS (default 0)")
+    p.add_argument("--epochs", type=int, default=30, help="epochs per learning rate (default 30)")
+    p.add_argument("--learning-rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3],
+                   help="grid chosen on validation NDCG@10 (default 3e-4 1e-3 3e-3)")
+    p.add_argument("--early-stopping", type=int, default=None, metavar="EPOCHS",
+                   help="stop a learning rate after this many epochs without validation gain")
+    p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
+    p.add_argument("--out", required=True, help="adapter folder to write (replaced only when the new one is complete)")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=_run_fit)
+    return p
+
+
+def _run_fit(args) -> int:
+    from .adapters import save_adapter
+    from .adapters.io import check_output_folder
+    from .adapters.workflow import fit_adapter
+
+    check_output_folder(args.out)  # before training, not after
+    rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
+                      init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
+                      epochs=args.epochs, early_stopping=args.early_stopping, data_dir=args.data_dir,
+                      cache_dir=args.cache_dir, device=args.device, progress=not args.no_progress)
+    out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
+                       extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
+                              "versions": rep.versions})
+    if args.json:
+        _print_json({"adapter": str(out), **rep.metrics})
+        return 0
+    m, ad = rep.metrics, rep.adapter
+    if ad.selection_ is not None:
+        s = ad.selection_
+        why = ("cross-half asymmetry agrees more than it disagrees" if s.choice == "dual"
+               else "the asymmetry is not reproducible across half-splits")
+        print(f"CARS: score {s.score:+.4g} +/- {s.standard_error:.2g} -> {s.choice} ({why})")
+    print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
+          f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
+    print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10)")
+    rows = [("frozen", m["frozen"]), (f"closed-form (c = {m['closed_form']['c']:g})", m["closed_form"]),
+            (f"trained {ad.geometry_}", m["trained"])]
+    for name, r in rows:
+        print(f"{name:<24}{r['validation_ndcg@10']:>11.4f}{r['test_ndcg@10']:>9.4f}")
+    for msg in ad.stopped_:
+        print(f"warning: stopped early, {msg}", file=sys.stderr)
+    print(f"wrote {out}")
+    return 0
+
+
+# --------------------------------------------------------------------------- export
+@_command("export")
+def _add_export(sub):
+    p = _subparser(
+        sub,
+        "export",
+        "Export a saved adapter as a sentence-transformers model (encode_query / encode_document).",
+        "asymgeo export adapters/scifact --format sentence-transformers --base all-MiniLM-L6-v2 --out models/scifact",
+    )
+    p.add_argument("adapter", metavar="ADAPTER_DIR", help="folder written by asymgeo fit")
+    p.add_argument("--format", choices=["sentence-transformers"], default="sentence-transformers",
+                   help="export format (default sentence-transformers)")
+    p.add_argument("--base", default=None, help="base encoder (default: the encoder the adapter was trained on)")
+    p.add_argument("--out", required=True, help="model folder to write")
+    p.set_defaults(func=_run_export)
+    return p
+
+
+def _run_export(args) -> int:
+    from .adapters import load_adapter
+    from .adapters.export import export_sentence_transformers
+
+    ad = load_adapter(args.adapter)
+    base = args.base or (ad.metadata_ or {}).get("encoder")
+    if not base:
+        raise ValueError(f"{args.adapter}: the adapter does not record its encoder; pass --base")
+    out = export_sentence_transformers(ad, base, args.out)
+    print(f"wrote {out}: SentenceTransformer({str(out)!r}).encode_query / encode_document")
     return 0
 
 

@@ -12,13 +12,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import platform
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .._atomic import atomic_path, atomic_write_text
-from .._runtime import json_default
+from .._runtime import json_default, package_versions
 from .config import Experiment, cell_id
 
 __all__ = [
@@ -29,21 +28,6 @@ __all__ = [
     "read_results",
     "package_versions",
 ]
-
-
-def package_versions() -> dict[str, str]:
-    """Versions recorded with every cell: python, asymgeo, numpy, scipy."""
-    import numpy
-    import scipy
-
-    from .._version import __version__
-
-    return {
-        "python": platform.python_version(),
-        "asymgeo": __version__,
-        "numpy": numpy.__version__,
-        "scipy": scipy.__version__,
-    }
 
 
 

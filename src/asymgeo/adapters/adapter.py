@@ -1,0 +1,342 @@
+"""The trained rank-r adapter: one estimator for both geometries and both forms.
+
+An adapter scores a query ``x`` and a document ``y`` (frozen embeddings, rows) by
+
+* ``form="augmented"`` (default): ``s(x, y) = x.y + (A x).(B y)``, operator ``M = I + A^T B``;
+* ``form="projection"``: ``s(x, y) = (A x).(B y)``, operator ``M = A^T B``,
+
+with ``A = B = P`` for the shared geometry and free ``A``, ``B`` for the dual geometry
+(paper, Section 2 and Appendix F.1).  Training (:mod:`asymgeo.adapters.training`) needs
+PyTorch (extra ``train``); a fitted or loaded adapter is plain numpy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._validation import as_float_matrix, check_positive, check_rank
+from ..estimators import NotFittedError, _Params
+
+__all__ = ["Adapter", "GEOMETRIES", "FORMS", "INITS"]
+
+logger = logging.getLogger(__name__)
+
+GEOMETRIES = ("shared", "dual", "auto")
+FORMS = ("augmented", "projection")
+INITS = ("closed_form", "random")
+
+
+def operator_from_maps(query_map: np.ndarray, doc_map: np.ndarray, form: str) -> np.ndarray:
+    """Full scoring operator: ``I + A^T B`` (augmented) or ``A^T B`` (projection), float64 (p, p)."""
+    A = np.asarray(query_map, dtype=np.float64)
+    B = np.asarray(doc_map, dtype=np.float64)
+    M = A.T @ B
+    if form == "augmented":
+        M[np.diag_indices_from(M)] += 1.0
+    return M
+
+
+class Adapter(_Params):
+    r"""Trained shared or dual rank-r adapter on frozen embeddings (scikit-learn contract).
+
+    The score of query ``x`` and document ``y`` is :math:`x^\top M y` with
+
+    * augmented form: :math:`M = I + A^\top B` (score :math:`x\cdot y + (Ax)\cdot(By)`);
+    * projection form: :math:`M = A^\top B` (score :math:`(Ax)\cdot(By)`, the operator
+      families :math:`\mathcal M_s(r)`, :math:`\mathcal M_d(r)` of Section 2),
+
+    where ``A = B = P`` (shared) or ``A``, ``B`` free (dual).  Training follows Appendix F.1:
+    InfoNCE (temperature 0.05) over in-batch negatives plus frozen hard negatives (in-batch
+    columns relevant to the row's query are masked out), AdamW (weight decay 1e-5,
+    gradient-norm clip 5), batch 256, 30 epochs; the learning rate and the checkpoint are
+    chosen by validation NDCG@10 (Appendix F, binary) with exact full-corpus search.
+
+    Parameters
+    ----------
+    geometry : {"shared", "dual", "auto"}
+        ``"auto"`` runs CARS (eq. 7) on the training triples and trains the family it picks.
+    rank : int
+        Rank r of the low-rank maps.
+    form : {"augmented", "projection"}
+    init : {"closed_form", "random"}
+        ``"closed_form"`` (default) starts from the closed-form truncation of the training
+        relevance moment (Theorem 1): for the augmented form at the closed-form baseline
+        ``I + c M / ||M||_2`` with ``c`` chosen on validation, so epoch 0 *is* the baseline
+        and the selected checkpoint is never worse on validation; for the projection form at
+        ``M / ||M||_2``.  ``"random"``: ``A = B`` = one small Gaussian draw (std 0.01 for
+        augmented, ``1/sqrt(r)`` for projection), the same draw for both families.
+        docs/adapters.md shows the measurement behind the default.
+    learning_rates : sequence of float
+        Grid searched on validation (paper: 3e-4, 1e-3, 3e-3).
+    epochs, batch_size, temperature, weight_decay, grad_clip : training protocol.
+    early_stopping : int or None
+        Stop a learning rate's run after this many epochs without a validation gain.
+    seed : int
+        Seeds the epoch permutations (identical for both families: paired seeds), the
+        random initialisation and CARS.
+    device : str or None
+        Torch device; None: CUDA when available, else CPU.
+    progress : bool
+        Show a tqdm bar (epoch, loss, validation NDCG@10).
+
+    Attributes
+    ----------
+    geometry_ : "shared" or "dual"
+    selection_ : CarsResult or None (CARS result when ``geometry="auto"``)
+    operator_ : (p, p) float64 full scoring operator (with the identity when augmented)
+    query_map_, doc_map_ : (r, p) float64 ``A`` and ``B`` (both ``P`` when shared)
+    learning_rate_ : chosen learning rate (None when loaded from factors)
+    best_epoch_ : chosen checkpoint's epoch (0 = the initialisation)
+    validation_ndcg_ : validation NDCG@10 of the chosen checkpoint (None without validation)
+    history_ : list of dicts ``learning_rate, epoch, loss, validation_ndcg``
+    init_scale_ : the closed-form ``c`` used for the initialisation (None for random init)
+    stopped_ : list of messages for learning-rate runs stopped early by a diverging loss
+    n_features_in_ : p
+    """
+
+    geometry_: str
+    selection_: Any
+    operator_: np.ndarray
+    query_map_: np.ndarray
+    doc_map_: np.ndarray
+    learning_rate_: float | None
+    best_epoch_: int | None
+    validation_ndcg_: float | None
+    history_: list[dict[str, Any]]
+    init_scale_: float | None
+    stopped_: list[str]
+    n_features_in_: int
+    metadata_: dict[str, Any]
+
+    def __init__(
+        self,
+        geometry: str = "shared",
+        rank: int = 16,
+        form: str = "augmented",
+        init: str = "closed_form",
+        learning_rates: Sequence[float] = (3e-4, 1e-3, 3e-3),
+        epochs: int = 30,
+        batch_size: int = 256,
+        temperature: float = 0.05,
+        weight_decay: float = 1e-5,
+        grad_clip: float = 5.0,
+        early_stopping: int | None = None,
+        seed: int = 0,
+        device: str | None = None,
+        progress: bool = False,
+    ):
+        self.geometry = geometry
+        self.rank = rank
+        self.form = form
+        self.init = init
+        self.learning_rates = learning_rates
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.temperature = temperature
+        self.weight_decay = weight_decay
+        self.grad_clip = grad_clip
+        self.early_stopping = early_stopping
+        self.seed = seed
+        self.device = device
+        self.progress = progress
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self, p: int) -> None:
+        if self.geometry not in GEOMETRIES:
+            raise ValueError(f"geometry: expected one of {', '.join(GEOMETRIES)}, got {self.geometry!r}")
+        if self.form not in FORMS:
+            raise ValueError(f"form: expected one of {', '.join(FORMS)}, got {self.form!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
+        check_rank(self.rank, p)
+        lrs = list(self.learning_rates) if not isinstance(self.learning_rates, (int, float)) else [self.learning_rates]
+        if not lrs:
+            raise ValueError("learning_rates: expected at least one learning rate")
+        for lr in lrs:
+            check_positive(lr, "learning_rates")
+        for name in ("epochs", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        check_positive(self.temperature, "temperature")
+        check_positive(self.weight_decay, "weight_decay", allow_zero=True)
+        check_positive(self.grad_clip, "grad_clip")
+        es = self.early_stopping
+        if es is not None and (isinstance(es, bool) or not isinstance(es, (int, np.integer)) or es < 1):
+            raise ValueError(f"early_stopping: expected None or a positive integer, got {es!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            raise ValueError(f"seed: expected a non-negative integer, got {self.seed!r}")
+
+    # ------------------------------------------------------------------ fit
+    def fit(
+        self,
+        X: Any,
+        positive_rows: Any,
+        corpus: Any,
+        *,
+        hard_negative_rows: Any = None,
+        relevant_rows: Sequence[Any] | None = None,
+        validation_queries: Any = None,
+        validation_relevance: Any = None,
+        negative_rows: Any = None,
+    ) -> Adapter:
+        """Train on frozen embeddings.
+
+        Parameters
+        ----------
+        X : (n, p) training query embeddings.
+        positive_rows : (n,) int corpus rows of each query's positive.
+        corpus : (N, p) document embeddings (float16/float32, memmap ok).
+        hard_negative_rows : (n, k) int corpus rows of frozen hard negatives, optional.
+        relevant_rows : n collections of corpus rows relevant to each query (masked out of
+            the in-batch denominators), optional.
+        validation_queries : (m, p) validation query embeddings, optional.
+        validation_relevance : :class:`asymgeo.metrics.RelevanceTable` over the validation
+            query rows and the corpus rows (required with ``validation_queries``).
+        negative_rows : (n,) int triple negatives for the closed-form moment and CARS
+            (default ``hard_negative_rows[:, 0]``; without any negatives the moment is
+            ``E[x y+^T]``).
+
+        Returns
+        -------
+        self
+        """
+        from .training import prepare_training, train_family
+
+        data = prepare_training(
+            X, positive_rows, corpus, hard_negative_rows=hard_negative_rows, relevant_rows=relevant_rows,
+            validation_queries=validation_queries, validation_relevance=validation_relevance,
+            negative_rows=negative_rows,
+        )
+        self._check_params(data.p)
+        self.selection_ = None
+        geometry = self.geometry
+        if geometry == "auto":
+            from ..selection import cars_score
+
+            if data.Y_neg is None:
+                raise ValueError("negative_rows: geometry='auto' (CARS) needs triple negatives "
+                                 "(pass negative_rows or hard_negative_rows)")
+            res = cars_score(data.X_np, data.Y_pos_np, data.Y_neg, int(self.rank), n_splits=20, seed=int(self.seed))
+            self.selection_ = res
+            geometry = res.choice
+            logger.info("CARS chose %s (score %.4g +/- %.2g)", geometry, res.score, res.standard_error)
+        result = train_family(self, data, geometry)
+        self.geometry_ = geometry
+        self.query_map_ = result.query_map
+        self.doc_map_ = result.doc_map
+        self.operator_ = operator_from_maps(result.query_map, result.doc_map, self.form)
+        self.learning_rate_ = result.learning_rate
+        self.best_epoch_ = result.best_epoch
+        self.validation_ndcg_ = result.validation_ndcg
+        self.history_ = result.history
+        self.init_scale_ = result.init_scale
+        self.stopped_ = result.stopped
+        self.n_features_in_ = data.p
+        if result.all_diverged:
+            raise ValueError(
+                "learning_rates: training diverged for every learning rate ("
+                + "; ".join(result.stopped)
+                + "); the fitted attributes hold the best checkpoint before it; lower the learning rates"
+            )
+        return self
+
+    # ------------------------------------------------------------------ construction from factors
+    @classmethod
+    def from_maps(
+        cls,
+        query_map: Any,
+        doc_map: Any | None = None,
+        *,
+        form: str = "augmented",
+        geometry: str | None = None,
+        **params: Any,
+    ) -> Adapter:
+        """A fitted adapter from given maps ``A`` (and ``B``; ``None`` means shared ``B = A``).
+
+        ``geometry`` defaults to ``"shared"`` when ``doc_map`` is None or equal to
+        ``query_map``, else ``"dual"``.
+        """
+        A = as_float_matrix(query_map, "query_map")
+        B = A if doc_map is None else as_float_matrix(doc_map, "doc_map")
+        if B.shape != A.shape:
+            raise ValueError(f"doc_map: shape {B.shape} does not match query_map shape {A.shape}")
+        if geometry is None:
+            geometry = "shared" if doc_map is None or np.array_equal(A, B) else "dual"
+        if geometry not in ("shared", "dual"):
+            raise ValueError(f"geometry: expected 'shared' or 'dual', got {geometry!r}")
+        if geometry == "shared" and not np.array_equal(A, B):
+            raise ValueError("doc_map: a shared adapter needs doc_map equal to query_map")
+        if form not in FORMS:
+            raise ValueError(f"form: expected one of {', '.join(FORMS)}, got {form!r}")
+        ad = cls(geometry=geometry, rank=int(A.shape[0]), form=form, **params)
+        ad.geometry_ = geometry
+        ad.selection_ = None
+        ad.query_map_ = A.copy()
+        ad.doc_map_ = B.copy()
+        ad.operator_ = operator_from_maps(A, B, form)
+        ad.learning_rate_ = None
+        ad.best_epoch_ = None
+        ad.validation_ndcg_ = None
+        ad.history_ = []
+        ad.init_scale_ = None
+        ad.stopped_ = []
+        ad.n_features_in_ = int(A.shape[1])
+        return ad
+
+    # ------------------------------------------------------------------ inference (numpy only)
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "operator_"):
+            raise NotFittedError(
+                "This Adapter instance is not fitted yet; call fit(X, positive_rows, corpus, ...) first."
+            )
+
+    def _check_input(self, A: Any, name: str) -> np.ndarray:
+        self._check_fitted()
+        arr = as_float_matrix(A, name)
+        if arr.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"{name}: has {arr.shape[1]} features per row, but the adapter was fitted with {self.n_features_in_}"
+            )
+        return arr
+
+    def transform_queries(self, X: Any) -> np.ndarray:
+        """Query embeddings whose dot product with :meth:`transform_documents` is the score.
+
+        Projection form: ``X @ A.T`` (n, r).  Augmented form: ``[X, X @ A.T]`` (n, p + r),
+        so that ``[x, Ax] . [y, By] = x.y + (Ax).(By)``.
+        """
+        Xf = self._check_input(X, "X")
+        low = Xf @ self.query_map_.T
+        return low if self.form == "projection" else np.hstack([Xf, low])
+
+    def transform_documents(self, Y: Any) -> np.ndarray:
+        """Document embeddings: ``Y @ B.T`` (projection) or ``[Y, Y @ B.T]`` (augmented)."""
+        Yf = self._check_input(Y, "Y")
+        low = Yf @ self.doc_map_.T
+        return low if self.form == "projection" else np.hstack([Yf, low])
+
+    def similarity(self, X: Any, Y: Any) -> np.ndarray:
+        """Score matrix ``X @ operator_ @ Y.T`` (n, N): queries rows, documents columns."""
+        return self._check_input(X, "X") @ self.operator_ @ self._check_input(Y, "Y").T
+
+    def query_transform(self, X: Any) -> np.ndarray:
+        """``X @ operator_`` (n, p): queries to search an *unchanged* index of the frozen
+        document embeddings with (``query_transform(X) @ Y.T == similarity(X, Y)``); no
+        re-indexing."""
+        return self._check_input(X, "X") @ self.operator_
+
+    def index(self, corpus: Any, *, dtype: Any = np.float32):
+        """Compact r-dimensional :class:`asymgeo.search.AdapterIndex` (projection form only:
+        the augmented form needs the full embeddings; use :meth:`query_transform`)."""
+        self._check_fitted()
+        if self.form != "projection":
+            raise ValueError("form: the compact r-dimensional index needs form='projection'; "
+                             "for 'augmented' search the frozen index with query_transform(X)")
+        from ..search import AdapterIndex
+
+        return AdapterIndex(corpus, self.query_map_, self.doc_map_, dtype=dtype)

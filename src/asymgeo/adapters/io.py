@@ -1,0 +1,271 @@
+"""Saving and loading adapters: a folder with ``adapter.safetensors`` + ``adapter.json``.
+
+``adapter.safetensors`` holds the float64 maps (``query_map``, and ``doc_map`` for the
+dual geometry); ``adapter.json`` holds the format version, geometry, form, rank,
+dimension, encoder, dataset, the training configuration, the fitted scalars, metrics and
+the SHA-256 of the weights file.  Writing is atomic: the new folder is written and checked
+beside the destination and only then swapped in, so an interrupted save leaves the old
+adapter (or nothing) and never a half-written one.  Loading checks the format version,
+the digest, the keys, shapes, dtype and finiteness, and fails with one clear
+``ValueError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from .adapter import FORMS, Adapter
+
+__all__ = ["save_adapter", "load_adapter", "check_compatible", "check_output_folder", "FORMAT_VERSION",
+           "WEIGHTS_FILE", "CONFIG_FILE", "METRICS_FILE"]
+
+FORMAT_VERSION = 1
+WEIGHTS_FILE = "adapter.safetensors"
+CONFIG_FILE = "adapter.json"
+METRICS_FILE = "metrics.json"
+_FORMAT_NAME = "asymgeo-adapter"
+
+
+def _safetensors_numpy():
+    try:
+        from safetensors import numpy as st_numpy
+    except ImportError as exc:  # pragma: no cover - installed in the dev env
+        raise ImportError("saving adapters needs safetensors: pip install asymgeo[train]") from exc
+    return st_numpy
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (np.floating, np.integer, np.bool_)):
+        return value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def check_output_folder(path: str | os.PathLike) -> Path:
+    """Refuse a destination that is a file or a non-empty folder other than an adapter (so a
+    user's files are never replaced); returns the path."""
+    dest = Path(path)
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest}: exists and is not a folder; an adapter is saved as a folder")
+    if dest.is_dir() and any(dest.iterdir()) and not (dest / CONFIG_FILE).is_file():
+        raise ValueError(f"{dest}: an existing folder that is not an adapter; refusing to replace it")
+    return dest
+
+
+def save_adapter(
+    adapter: Adapter,
+    path: str | os.PathLike,
+    *,
+    encoder: str | None = None,
+    dataset: str | None = None,
+    metrics: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write a fitted adapter to the folder ``path`` (created; an existing adapter there is
+    replaced only once the new one is completely written and checked).
+
+    Parameters
+    ----------
+    adapter : fitted :class:`Adapter`.
+    path : destination folder.
+    encoder, dataset : recorded so that :func:`check_compatible` can refuse mismatched embeddings
+        (default: the adapter's ``metadata_`` when it was loaded).
+    metrics : e.g. validation/test NDCG@10, recorded in the JSON and written to ``metrics.json``.
+    extra : any further JSON-serialisable provenance.
+
+    Returns
+    -------
+    The folder path.
+    """
+    if not isinstance(adapter, Adapter):
+        raise TypeError(f"adapter: expected an asymgeo.adapters.Adapter, got {type(adapter).__name__}")
+    adapter._check_fitted()
+    st = _safetensors_numpy()
+    dest = check_output_folder(path)
+    meta_prev = getattr(adapter, "metadata_", {}) or {}
+    A = np.ascontiguousarray(adapter.query_map_, dtype=np.float64)
+    tensors = {"query_map": A}
+    if adapter.geometry_ == "dual":
+        tensors["doc_map"] = np.ascontiguousarray(adapter.doc_map_, dtype=np.float64)
+    sel = getattr(adapter, "selection_", None)
+    selection = sel.as_dict() if sel is not None else None
+    params = adapter.get_params()
+    params["learning_rates"] = list(params["learning_rates"]) if not isinstance(
+        params["learning_rates"], (int, float)) else [params["learning_rates"]]
+    config = {
+        "format": _FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "asymgeo_version": __version__,
+        "geometry": adapter.geometry_,
+        "form": adapter.form,
+        "rank": int(A.shape[0]),
+        "dimension": int(A.shape[1]),
+        "encoder": encoder if encoder is not None else meta_prev.get("encoder"),
+        "dataset": dataset if dataset is not None else meta_prev.get("dataset"),
+        "training": params,
+        "fitted": {
+            "learning_rate": adapter.learning_rate_,
+            "best_epoch": adapter.best_epoch_,
+            "validation_ndcg": adapter.validation_ndcg_,
+            "init_scale": getattr(adapter, "init_scale_", None),
+            "stopped": list(getattr(adapter, "stopped_", [])),
+            "selection": selection,
+            "history": adapter.history_,
+        },
+        "metrics": metrics if metrics is not None else meta_prev.get("metrics", {}),
+        "extra": extra if extra is not None else meta_prev.get("extra", {}),
+    }
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    old = None
+    try:
+        data = st.save(tensors, metadata={"format": _FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
+        config["weights_sha256"] = hashlib.sha256(data).hexdigest()
+        (tmp / WEIGHTS_FILE).write_bytes(data)
+        (tmp / CONFIG_FILE).write_text(json.dumps(_jsonable(config), indent=2, allow_nan=False) + "\n",
+                                       encoding="utf-8")
+        files = [WEIGHTS_FILE, CONFIG_FILE]
+        if metrics is not None:
+            (tmp / METRICS_FILE).write_text(json.dumps(_jsonable(metrics), indent=2, allow_nan=False) + "\n",
+                                            encoding="utf-8")
+            files.append(METRICS_FILE)
+        for f in files:
+            with open(tmp / f, "rb+") as fh:
+                os.fsync(fh.fileno())
+        load_adapter(tmp)  # check before swapping in
+        if dest.exists():
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not dest.exists():
+            os.replace(old, dest)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+def _fail(path: Path, msg: str) -> ValueError:
+    return ValueError(f"{path}: {msg}")
+
+
+def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat sequence of file checks
+    """Read an adapter folder written by :func:`save_adapter`.
+
+    Returns a fitted :class:`Adapter` whose ``metadata_`` holds the JSON config (encoder,
+    dataset, metrics, training configuration).
+
+    Raises
+    ------
+    FileNotFoundError
+        The folder or one of its two files is missing.
+    ValueError
+        Unknown format or version, weights that do not match the recorded digest (truncated or
+        edited), missing or unexpected tensors, wrong shape, dtype or non-finite values.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no adapter folder here")
+    cfg_path, w_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
+    for f in (cfg_path, w_path):
+        if not f.is_file():
+            raise FileNotFoundError(f"{f}: missing; not a complete adapter folder")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _fail(cfg_path, f"not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict) or cfg.get("format") != _FORMAT_NAME:
+        fmt = cfg.get("format") if isinstance(cfg, dict) else None
+        raise _fail(cfg_path, f"not an asymgeo adapter config (format {fmt!r})")
+    if cfg.get("format_version") != FORMAT_VERSION:
+        raise _fail(cfg_path, f"format version {cfg.get('format_version')!r} is not supported "
+                              f"(this asymgeo reads version {FORMAT_VERSION})")
+    for key in ("geometry", "form", "rank", "dimension", "weights_sha256"):
+        if key not in cfg:
+            raise _fail(cfg_path, f"missing key {key!r}")
+    geometry, form = cfg["geometry"], cfg["form"]
+    if geometry not in ("shared", "dual"):
+        raise _fail(cfg_path, f"geometry {geometry!r} is not 'shared' or 'dual'")
+    if form not in FORMS:
+        raise _fail(cfg_path, f"form {form!r} is not one of {', '.join(FORMS)}")
+    r, p = cfg["rank"], cfg["dimension"]
+    if not (isinstance(r, int) and isinstance(p, int) and 1 <= r <= p):
+        raise _fail(cfg_path, f"rank {r!r} and dimension {p!r} are not integers with 1 <= rank <= dimension")
+    data = w_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != cfg["weights_sha256"]:
+        raise _fail(w_path, "contents do not match the digest recorded in adapter.json (truncated, edited or "
+                            "from another adapter); re-save the adapter")
+    st = _safetensors_numpy()
+    try:
+        tensors = st.load(data)
+    except Exception as exc:  # safetensors raises its own SafetensorError on damaged files
+        raise _fail(w_path, f"not a readable safetensors file ({exc})") from None
+    expected = {"query_map"} | ({"doc_map"} if geometry == "dual" else set())
+    if set(tensors) != expected:
+        raise _fail(w_path, f"tensors {sorted(tensors)} do not match the {geometry} geometry "
+                            f"(expected {sorted(expected)})")
+    for name, arr in tensors.items():
+        if arr.dtype != np.float64:
+            raise _fail(w_path, f"tensor {name!r} has dtype {arr.dtype}, expected float64")
+        if arr.shape != (r, p):
+            raise _fail(w_path, f"tensor {name!r} has shape {arr.shape}, expected (rank, dimension) = ({r}, {p})")
+        if not np.isfinite(arr).all():
+            raise _fail(w_path, f"tensor {name!r} contains NaN or infinite values")
+    params = {}
+    training = cfg.get("training") or {}
+    for key in Adapter._param_names():
+        if key in training and key not in ("geometry", "rank", "form"):
+            params[key] = tuple(training[key]) if key == "learning_rates" else training[key]
+    ad = Adapter.from_maps(tensors["query_map"], tensors.get("doc_map"), form=form, geometry=geometry, **params)
+    fitted = cfg.get("fitted") or {}
+    ad.geometry = str(training.get("geometry", geometry))
+    ad.learning_rate_ = fitted.get("learning_rate")
+    ad.best_epoch_ = fitted.get("best_epoch")
+    ad.validation_ndcg_ = fitted.get("validation_ndcg")
+    ad.init_scale_ = fitted.get("init_scale")
+    ad.stopped_ = list(fitted.get("stopped") or [])
+    ad.history_ = list(fitted.get("history") or [])
+    ad.metadata_ = cfg
+    return ad
+
+
+def _canonical_encoder(name: str) -> str:
+    from ..data.encoders import get_encoder
+
+    try:
+        return get_encoder(name).name
+    except (ValueError, KeyError):
+        return str(name)
+
+
+def check_compatible(adapter: Adapter, dimension: int, *, encoder: str | None = None,
+                     source: str | os.PathLike | None = None) -> None:
+    """Refuse embeddings the adapter was not trained for: another dimension, or (when both
+    are known) another encoder.  ``source`` names the adapter folder in the message."""
+    where = f"{source}: " if source is not None else "adapter: "
+    if int(dimension) != int(adapter.n_features_in_):
+        raise ValueError(f"{where}adapter dimension {adapter.n_features_in_} does not match the embeddings' "
+                         f"dimension {dimension}")
+    trained = (getattr(adapter, "metadata_", None) or {}).get("encoder")
+    if encoder is not None and trained is not None and _canonical_encoder(str(trained)) != _canonical_encoder(encoder):
+        raise ValueError(f"{where}adapter was trained on {trained!r} embeddings, not {encoder!r}")

@@ -1,0 +1,174 @@
+"""Tests of asymgeo.adapters.io: save/load (safetensors + JSON), atomic writes, validation."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from asymgeo import load_adapter, save_adapter
+from asymgeo.adapters import Adapter, check_compatible
+from asymgeo.adapters.io import CONFIG_FILE, WEIGHTS_FILE
+
+
+@pytest.fixture
+def fitted(problem):
+    return Adapter(geometry="dual", rank=3, epochs=2, batch_size=16, learning_rates=(1e-2,), seed=4).fit(
+        problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard,
+        validation_queries=problem.V, validation_relevance=problem.table)
+
+
+def test_round_trip(tmp_path, fitted, problem):
+    out = save_adapter(fitted, tmp_path / "ad", encoder="all-MiniLM-L6-v2", dataset="toy",
+                       metrics={"test_ndcg@10": 0.5})
+    back = load_adapter(out)
+    np.testing.assert_array_equal(back.operator_, fitted.operator_)
+    np.testing.assert_array_equal(back.query_map_, fitted.query_map_)
+    np.testing.assert_array_equal(back.doc_map_, fitted.doc_map_)
+    Y = problem.corpus[:5]
+    np.testing.assert_array_equal(back.similarity(problem.V, Y), fitted.similarity(problem.V, Y))
+    assert (back.geometry_, back.form, back.rank) == ("dual", "augmented", 3)
+    assert back.learning_rate_ == fitted.learning_rate_ and back.best_epoch_ == fitted.best_epoch_
+    assert back.history_ == fitted.history_
+    cfg = json.loads((out / CONFIG_FILE).read_text())
+    assert cfg["format_version"] == 1 and cfg["dimension"] == problem.X.shape[1]
+    assert cfg["encoder"] == "all-MiniLM-L6-v2" and cfg["dataset"] == "toy"
+    assert cfg["training"]["epochs"] == 2
+    assert json.loads((out / "metrics.json").read_text()) == {"test_ndcg@10": 0.5}
+
+
+def test_shared_stores_one_map(tmp_path, rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)), form="projection")
+    back = load_adapter(save_adapter(ad, tmp_path / "s"))
+    assert back.geometry_ == "shared" and back.form == "projection"
+    np.testing.assert_array_equal(back.operator_, ad.operator_)
+
+
+def _saved(tmp_path, rng):
+    return save_adapter(Adapter.from_maps(rng.normal(size=(2, 6)), rng.normal(size=(2, 6))), tmp_path / "ad")
+
+
+def test_truncated_weights(tmp_path, rng):
+    out = _saved(tmp_path, rng)
+    data = (out / WEIGHTS_FILE).read_bytes()
+    (out / WEIGHTS_FILE).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=f"{WEIGHTS_FILE}: contents do not match"):
+        load_adapter(out)
+
+
+def test_edited_weights(tmp_path, rng):
+    out = _saved(tmp_path, rng)
+    data = bytearray((out / WEIGHTS_FILE).read_bytes())
+    data[-3] ^= 0xFF
+    (out / WEIGHTS_FILE).write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="digest"):
+        load_adapter(out)
+
+
+def _rewrite(out, tensors, **cfg_changes):
+    import hashlib
+
+    from safetensors.numpy import save
+
+    data = save(tensors)
+    (out / WEIGHTS_FILE).write_bytes(data)
+    cfg = json.loads((out / CONFIG_FILE).read_text())
+    cfg["weights_sha256"] = hashlib.sha256(data).hexdigest()
+    cfg.update(cfg_changes)
+    (out / CONFIG_FILE).write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("tensors, changes, needle", [
+    ({"query_map": np.zeros((2, 5)), "doc_map": np.zeros((2, 5))}, {}, "shape"),
+    ({"query_map": np.zeros((2, 6), np.float32), "doc_map": np.zeros((2, 6), np.float32)}, {}, "dtype"),
+    ({"query_map": np.zeros((2, 6))}, {}, "do not match the dual geometry"),
+    ({"query_map": np.full((2, 6), np.nan), "doc_map": np.zeros((2, 6))}, {}, "NaN"),
+    ({"query_map": np.zeros((2, 6)), "doc_map": np.zeros((2, 6))}, {"format_version": 99}, "format version 99"),
+    ({"query_map": np.zeros((2, 6)), "doc_map": np.zeros((2, 6))}, {"geometry": "both"}, "geometry"),
+])
+def test_consistent_but_wrong_files_are_refused(tmp_path, rng, tensors, changes, needle):
+    out = _saved(tmp_path, rng)
+    _rewrite(out, tensors, **changes)
+    with pytest.raises(ValueError, match=needle):
+        load_adapter(out)
+
+
+def test_damaged_safetensors_with_matching_digest(tmp_path, rng):
+    import hashlib
+
+    out = _saved(tmp_path, rng)
+    junk = b"\x00\x01not safetensors"
+    (out / WEIGHTS_FILE).write_bytes(junk)
+    cfg = json.loads((out / CONFIG_FILE).read_text())
+    cfg["weights_sha256"] = hashlib.sha256(junk).hexdigest()
+    (out / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        load_adapter(out)
+
+
+def test_missing_files(tmp_path, rng):
+    with pytest.raises(FileNotFoundError):
+        load_adapter(tmp_path / "nothing")
+    out = _saved(tmp_path, rng)
+    (out / CONFIG_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=CONFIG_FILE):
+        load_adapter(out)
+    (out / CONFIG_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        load_adapter(out)
+
+
+def test_interrupted_save_keeps_the_old_adapter(tmp_path, rng, monkeypatch):
+    out = _saved(tmp_path, rng)
+    before = {f: (out / f).read_bytes() for f in (WEIGHTS_FILE, CONFIG_FILE)}
+    new = Adapter.from_maps(rng.normal(size=(2, 6)), rng.normal(size=(2, 6)))
+    real_replace = os.replace
+    calls = []
+
+    def boom(src, dst):
+        # interrupted once, after the old adapter was moved aside and before the new one moved in
+        if str(dst) == str(out) and not calls:
+            calls.append(src)
+            raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        save_adapter(new, out)
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert {f: (out / f).read_bytes() for f in (WEIGHTS_FILE, CONFIG_FILE)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]  # no temporary folders left
+    # a later save replaces it completely
+    save_adapter(new, out)
+    np.testing.assert_array_equal(load_adapter(out).operator_, new.operator_)
+
+
+def test_refuses_to_replace_a_user_folder_or_file(tmp_path, rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not an adapter"):
+        save_adapter(ad, folder)
+    assert (folder / "notes.txt").read_text() == "keep me"
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="not a folder"):
+        save_adapter(ad, f)
+
+
+def test_unfitted_adapter_cannot_be_saved(tmp_path):
+    with pytest.raises(ValueError, match="not fitted"):
+        save_adapter(Adapter(), tmp_path / "x")
+
+
+def test_check_compatible(tmp_path, rng):
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), tmp_path / "a", encoder="all-MiniLM-L6-v2")
+    ad = load_adapter(out)
+    check_compatible(ad, 6, encoder="minilm")  # alias of the same encoder
+    with pytest.raises(ValueError, match="dimension 6 does not match"):
+        check_compatible(ad, 768, source=out)
+    with pytest.raises(ValueError, match="trained on 'all-MiniLM-L6-v2'"):
+        check_compatible(ad, 6, encoder="all-mpnet-base-v2")

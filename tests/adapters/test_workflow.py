@@ -1,0 +1,141 @@
+"""Tests of asymgeo.adapters.workflow and its commands (asymgeo fit / evaluate --adapter / export)
+on the shared SciFact MiniLM cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from asymgeo import load_adapter
+from asymgeo.adapters import Adapter, save_adapter
+from asymgeo.adapters.workflow import evaluate_adapter, fit_adapter
+from asymgeo.cli import main
+
+
+def _data_args(shared_dir):
+    return ["--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
+
+
+def _fit_argv(shared_dir, out, *extra):
+    return ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual", "--rank", "4",
+            "--n-train", "32", "--epochs", "2", "--learning-rates", "1e-3", "--no-progress", "--out", str(out),
+            *_data_args(shared_dir), *extra]
+
+
+@pytest.fixture(scope="module")
+def fitted_dir(tmp_path_factory, shared_dir):
+    out = tmp_path_factory.mktemp("fit") / "adapter"
+    assert main(_fit_argv(shared_dir, out)) == 0
+    return out
+
+
+def test_fit_writes_a_complete_adapter(fitted_dir, capsys):
+    assert sorted(p.name for p in fitted_dir.iterdir()) == ["adapter.json", "adapter.safetensors", "metrics.json"]
+    metrics = json.loads((fitted_dir / "metrics.json").read_text())
+    assert metrics["n_train"] == 32 and metrics["n_validation"] == 162 and metrics["n_test"] == 300
+    ad = load_adapter(fitted_dir)
+    assert ad.geometry_ == "dual" and ad.metadata_["encoder"] == "all-MiniLM-L6-v2"
+    assert ad.metadata_["dataset"] == "scifact"
+    assert ad.metadata_["extra"]["arguments"]["geometry"] == "dual"
+    assert ad.metadata_["extra"]["arguments"]["n_train"] == 32
+    assert {"numpy", "torch", "asymgeo"} <= set(ad.metadata_["extra"]["versions"])
+    # the frozen number is the published-scale MiniLM SciFact figure computed elsewhere in the suite
+    assert 0.6 < metrics["frozen"]["test_ndcg@10"] < 0.7
+
+
+def test_evaluate_through_the_adapter_matches_fit(fitted_dir, shared_dir, capsys):
+    assert main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(fitted_dir), "--json",
+                 *_data_args(shared_dir)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    metrics = json.loads((fitted_dir / "metrics.json").read_text())
+    assert out["mean"]["ndcg@10"] == pytest.approx(metrics["trained"]["test_ndcg@10"], abs=1e-9)
+    assert out["geometry"] == "dual"
+
+
+def test_evaluate_refuses_other_embeddings(fitted_dir, shared_dir, capsys):
+    rc = main(["evaluate", "scifact", "--encoder", "all-mpnet-base-v2", "--adapter", str(fitted_dir),
+               *_data_args(shared_dir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "dimension 384 does not match" in err
+
+
+def test_evaluate_refuses_a_damaged_adapter(fitted_dir, shared_dir, tmp_path, capsys):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(fitted_dir, bad)
+    w = bad / "adapter.safetensors"
+    w.write_bytes(w.read_bytes()[:-10])
+    rc = main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(bad), *_data_args(shared_dir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "digest" in err
+
+
+def test_fit_too_few_queries_one_line(shared_dir, tmp_path, capsys):
+    rc = main(_fit_argv(shared_dir, tmp_path / "x")[:8] + ["--n-train", "1", "--out", str(tmp_path / "x"),
+                                                            *_data_args(shared_dir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "X: need at least 2 training queries" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_fit_refuses_a_user_folder_before_training(shared_dir, tmp_path, capsys, monkeypatch):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    monkeypatch.setattr(Adapter, "fit", lambda *a, **k: pytest.fail("trained before checking --out"))
+    rc = main(_fit_argv(shared_dir, mine))
+    assert rc == 2 and "not an adapter" in capsys.readouterr().err
+    assert (mine / "keep.txt").read_text() == "mine"
+
+
+def test_interrupted_fit_leaves_the_old_adapter(fitted_dir, shared_dir, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    out = tmp_path / "ad"
+    shutil.copytree(fitted_dir, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def interrupted(self, *a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Adapter, "fit", interrupted)
+    assert main(_fit_argv(shared_dir, out)) == 130
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
+
+
+def test_fit_adapter_library_n_train_checks(shared_dir):
+    with pytest.raises(ValueError, match="n_train: 100000 exceeds"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", n_train=100000, data_dir=shared_dir / "data",
+                    cache_dir=shared_dir / "embeddings")
+
+
+def test_evaluate_adapter_names_the_folder(shared_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="no adapter folder"):
+        evaluate_adapter("scifact", "all-MiniLM-L6-v2", tmp_path / "none", data_dir=shared_dir / "data",
+                         cache_dir=shared_dir / "embeddings")
+
+
+def test_export_needs_a_base_when_the_adapter_has_no_encoder(tmp_path, capsys, rng):
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 384))), tmp_path / "a")
+    rc = main(["export", str(out), "--out", str(tmp_path / "m")])
+    assert rc == 2 and "pass --base" in capsys.readouterr().err
+
+
+def test_fit_with_a_diverging_loss_fails_cleanly(shared_dir, tmp_path, capsys):
+    out = tmp_path / "div"
+    argv = _fit_argv(shared_dir, out)
+    argv[argv.index("--learning-rates") + 1] = "1e4"
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "learning_rates: training diverged" in err
+    assert not out.exists()
+
+
+def test_sklearn_clone():
+    from sklearn.base import clone
+
+    ad = Adapter(geometry="dual", rank=8, learning_rates=(1e-3,), early_stopping=2)
+    assert clone(ad).get_params() == ad.get_params()
