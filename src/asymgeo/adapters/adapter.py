@@ -95,6 +95,7 @@ class Adapter(_Params):
     history_ : list of dicts ``learning_rate, epoch, loss, validation_ndcg``
     init_scale_ : the closed-form ``c`` used for the initialisation (None for random init)
     stopped_ : list of messages for learning-rate runs stopped early by a diverging loss
+    device_ : the torch device the maps were trained on (``"cuda"`` when available by default)
     n_features_in_ : p
     """
 
@@ -205,7 +206,7 @@ class Adapter(_Params):
         -------
         self
         """
-        from .training import prepare_training, train_family
+        from .training import prepare_training, resolve_device, train_family
 
         data = prepare_training(
             X, positive_rows, corpus, hard_negative_rows=hard_negative_rows, relevant_rows=relevant_rows,
@@ -236,6 +237,7 @@ class Adapter(_Params):
         self.history_ = result.history
         self.init_scale_ = result.init_scale
         self.stopped_ = result.stopped
+        self.device_ = resolve_device(self.device)  # the device the maps were trained on
         self.n_features_in_ = data.p
         if result.all_diverged:
             raise ValueError(

@@ -1,0 +1,87 @@
+"""CUDA code paths: exact search on the GPU and adapter training on the GPU.
+
+These need a CUDA GPU and are skipped without one (the CI machines have none; the paths are
+checked on a lent GPU machine, see docs/gpu.md).  Expected values come from numpy on the CPU:
+brute-force float64 ranking for search, and the CPU training run for the adapter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+from asymgeo import exact_search  # noqa: E402
+from asymgeo.search import AdapterIndex  # noqa: E402
+
+
+def _brute_force(Q: np.ndarray, C: np.ndarray, k: int) -> np.ndarray:
+    S = Q.astype(np.float64) @ C.astype(np.float64).T
+    # descending score, ties to the lower document row (a stable sort of -S)
+    return np.argsort(-S, axis=1, kind="stable")[:, :k]
+
+
+def test_auto_backend_is_cuda_and_exact_on_integer_data():
+    # small integers: every product is exact in float32, so ranks (ties included) must match
+    rng = np.random.default_rng(0)
+    corpus = rng.integers(-3, 4, size=(50_000, 32)).astype(np.float32)
+    Q = rng.integers(-3, 4, size=(64, 32)).astype(np.float32)
+    res = exact_search(Q, corpus, k=20)
+    assert res.backend == "torch:cuda"
+    np.testing.assert_array_equal(np.asarray(res.indices), _brute_force(Q, corpus, 20))
+    ref = np.take_along_axis(Q @ corpus.T, _brute_force(Q, corpus, 20), axis=1)
+    np.testing.assert_array_equal(np.asarray(res.scores), ref)
+
+
+def test_cuda_matches_numpy_backend_on_float16_corpus_with_operator():
+    rng = np.random.default_rng(1)
+    corpus = rng.standard_normal((30_000, 48)).astype(np.float16)
+    Q = rng.standard_normal((16, 48)).astype(np.float32)
+    M = np.eye(48) + 0.1 * rng.standard_normal((48, 48))
+    gpu = exact_search(Q, corpus, k=10, operator=M, backend="torch")
+    cpu = exact_search(Q, corpus, k=10, operator=M, backend="numpy")
+    assert gpu.backend == "torch:cuda"
+    np.testing.assert_allclose(np.asarray(gpu.scores), np.asarray(cpu.scores), rtol=1e-5, atol=1e-4)
+    same = (np.asarray(gpu.indices) == np.asarray(cpu.indices)).mean()
+    assert same > 0.99  # only near-ties (float32 rounding) may swap
+
+
+def test_adapter_index_on_cuda():
+    rng = np.random.default_rng(2)
+    corpus = rng.standard_normal((5_000, 24)).astype(np.float32)
+    A = rng.standard_normal((4, 24))
+    B = rng.standard_normal((4, 24))
+    Q = rng.standard_normal((8, 24)).astype(np.float32)
+    res = AdapterIndex(corpus, A, B).search(Q, k=5, backend="torch")
+    assert res.backend == "torch:cuda"
+    S = (Q @ A.T) @ (corpus @ B.T).T
+    np.testing.assert_array_equal(np.asarray(res.indices), np.argsort(-S, axis=1, kind="stable")[:, :5])
+
+
+def test_adapter_trains_on_cuda_by_default_and_agrees_with_cpu():
+    import sys
+    from pathlib import Path
+
+    from asymgeo.adapters import Adapter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "adapters"))
+    from adapter_fixtures import make_problem
+
+    pb = make_problem(n=96, m=32, N=400, p=16, k=3, seed=3)
+    kw = dict(geometry="dual", rank=4, learning_rates=(1e-2,), epochs=5, batch_size=32, seed=0)
+    fit_args = (pb.X, pb.pos, pb.corpus)
+    fit_kw = dict(hard_negative_rows=pb.hard, relevant_rows=pb.relevant,
+                  validation_queries=pb.V, validation_relevance=pb.table)
+    gpu = Adapter(**kw).fit(*fit_args, **fit_kw)
+    cpu = Adapter(**kw, device="cpu").fit(*fit_args, **fit_kw)
+    assert gpu.device_.startswith("cuda")
+    assert cpu.device_ == "cpu"
+    assert np.all(np.isfinite(gpu.operator_))
+    # same data, same permutations: the two devices differ only by float rounding
+    losses_gpu = [h["loss"] for h in gpu.history_ if h.get("loss") is not None]
+    losses_cpu = [h["loss"] for h in cpu.history_ if h.get("loss") is not None]
+    np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gpu.operator_, cpu.operator_, rtol=1e-3, atol=1e-3)
