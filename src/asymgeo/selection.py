@@ -259,7 +259,7 @@ def _map_splits(fn, split_list: list, n_jobs: int | None, p: int) -> list[tuple[
         return [fn(pair) for pair in split_list]
     from concurrent.futures import ThreadPoolExecutor
 
-    with _single_threaded_blas(), ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(fn, split_list))
 
 
@@ -295,9 +295,10 @@ def cars_score(
     splits : explicit ``[(I1, I2), ...]`` disjoint index pairs; overrides ``n_splits``.
     selector_dim : if set (< p), first project queries and documents by a fixed random
         orthonormal ``R`` (p, selector_dim) drawn from ``seed``.
-    n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential).  Threads run with
-        single-threaded BLAS; ``n_jobs`` changes the result only by BLAS rounding
-        (summation order), and a fixed ``n_jobs`` is deterministic.
+    n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential, one
+        core).  BLAS runs single-threaded inside ``cars_score``; ``n_jobs`` changes the
+        result only by BLAS rounding (summation order), and a fixed ``n_jobs`` is
+        deterministic.
     method : truncation solver, ``"auto"``/``"dense"`` (LAPACK on the thin factors of each
         half moment and on index subsets, certified) or ``"krylov"`` (certified block
         Krylov warm-started from the full-data subspaces); see :mod:`asymgeo._lowrank`.
@@ -328,14 +329,18 @@ def cars_score(
     else:
         split_list = _check_splits(splits, n)
 
-    C_all = X.T @ D / n
-    full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n))
-    starts = _krylov_starts(C_all, full, rank, method)
-    # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
-    # sub-blocks of the full-data ones, computed once here.
-    grams = (X @ X.T, D @ D.T) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
-    pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams),
-                        split_list, n_jobs, p)
+    # Single-threaded BLAS throughout (parallelism comes from threads over splits): the
+    # solvers alternate numpy's and scipy's OpenBLAS, and two multithreaded pools taking
+    # turns spin against each other (measured 20x slower on a loaded 2-core machine).
+    with _single_threaded_blas():
+        C_all = X.T @ D / n
+        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n))
+        starts = _krylov_starts(C_all, full, rank, method)
+        # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
+        # sub-blocks of the full-data ones, computed once here.
+        grams = (X @ X.T, D @ D.T) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
+        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams),
+                            split_list, n_jobs, p)
     return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
 
 
