@@ -282,3 +282,24 @@ def test_cars_threads_give_identical_result():
     np.testing.assert_array_equal(again.terms, par.terms)  # deterministic for fixed n_jobs
     with pytest.raises(ValueError, match="n_jobs"):
         cars_score(X, Yp, Yn, r, n_splits=2, seed=3, n_jobs=0)
+
+
+def test_cars_thin_factor_path_matches_naive_with_repeated_rows():
+    """Fewer triples per half than 3p/4 (real training sets): the SVD of every half runs on
+    its thin factors (from sub-blocks of the full Gram matrices), also when queries repeat
+    and a difference row is zero (the Cholesky basis then fails and Householder QR is used);
+    the score still equals the naive one and the thin path demonstrably answered."""
+    from asymgeo._lowrank import path_counts, reset_path_counts
+
+    rng = np.random.default_rng(17)
+    n, p, r = 40, 96, 3
+    X, Yp, Yn = _triples(rng, n, p)
+    X[7] = X[3]  # a repeated query
+    Yn[11] = Yp[11]  # a triple whose positive and negative coincide: D row 11 is zero
+    splits = _random_splits(rng, n, 5)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1)
+    counts = path_counts()
+    _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
+    assert counts.get("singular:thin", 0) == 2 * len(splits) + 1  # every half and the full moment
+    assert counts.get("singular:full", 0) == 0

@@ -227,7 +227,8 @@ def _block_lanczos(
     Rayleigh-Ritz extraction.  The answer is accepted when every Ritz residual
     ``||A x - t x||`` is at most ``allowed(ritz_values, spectral_scale)``.  Rayleigh-Ritz
     is only done at checkpoints, placed by extrapolating the observed convergence
-    rate.  Returns None when the basis would exceed p/2 columns (the caller goes dense).
+    rate, and always once more on the largest basis allowed.  Returns None when the
+    basis would exceed p/2 columns (the caller goes dense).
     """
     b = max(2 * r, r + 8)
     omega = rng.standard_normal((p, b))
@@ -240,8 +241,9 @@ def _block_lanczos(
     history: list[tuple[int, float]] = []  # (steps taken, worst residual ratio)
     steps = 0
     next_check = 0
+    at_cap = False
     while True:
-        if steps >= next_check:
+        if steps >= next_check or at_cap:
             T = Q.T @ AQ
             w_all, Z_all = np.linalg.eigh((T + T.T) / 2)
             scale = max(abs(float(w_all[0])), abs(float(w_all[-1])))
@@ -253,6 +255,8 @@ def _block_lanczos(
             ratio = float(np.max(resid / np.maximum(allowed(w, scale), 1e-300)))
             if ratio <= 1.0:
                 return w, X
+            if at_cap:  # checked at the largest basis allowed: give up (caller goes dense)
+                return None
             history.append((steps, ratio))
             jump = 1
             if len(history) >= 2:
@@ -263,7 +267,10 @@ def _block_lanczos(
             next_check = steps + jump
         W = _orth_against(Q, A_last)
         if W.shape[1] == 0 or Q.shape[1] + W.shape[1] > max_dim:
-            return None
+            if steps == history[-1][0]:  # the current basis was just checked
+                return None
+            at_cap = True  # one last Rayleigh-Ritz check of the basis built so far
+            continue
         A_last = apply(W)
         Q = np.concatenate([Q, W], axis=1)
         AQ = np.concatenate([AQ, A_last], axis=1)
