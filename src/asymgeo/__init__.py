@@ -24,7 +24,7 @@ from .geometry import (
 from .compare import PairedComparison, paired_comparison
 from .estimators import DualProjection, GeometrySelector, SharedProjection
 from .selection import CarsResult, cars_score, half_splits, selector_projection
-from .search import AdapterIndex, SearchResult, exact_search, transform_index
+from .search import AdapterIndex, ExactIndex, SearchResult, exact_search, transform_index
 from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
 from .simulation import TwoViewModel, candidate_ndcg, two_view_model
 from .data import (
@@ -91,6 +91,7 @@ __all__ = [
     "selector_projection",
     # retrieval: exact search and metrics
     "exact_search",
+    "ExactIndex",
     "SearchResult",
     "AdapterIndex",
     "transform_index",
