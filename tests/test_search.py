@@ -334,7 +334,7 @@ def test_exact_index_prepares_once_and_reuses(monkeypatch):
     rng = np.random.default_rng(22)
     Q, C = int_data(rng, 7, 300, 5)
     C16 = C.astype(np.float16)
-    index = ExactIndex(C16)
+    index = ExactIndex(C16, backend="numpy")
     assert calls == [(300, 5)] and index.copied_ and index.corpus_.dtype == np.float32
     ref = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, 10)
     C16[:] = 0  # the caller reuses its buffer: the index keeps the data it prepared
@@ -344,10 +344,31 @@ def test_exact_index_prepares_once_and_reuses(monkeypatch):
         np.testing.assert_array_equal(res.scores, ref[0].astype(np.float32))
     assert calls == [(300, 5)]  # not re-converted per call
     # without a copy the index reads the caller's array (so the check above can fail)
-    uncopied = ExactIndex(C.astype(np.float16), max_copy_bytes=0)
+    uncopied = ExactIndex(C.astype(np.float16), backend="numpy", max_copy_bytes=0)
     assert not uncopied.copied_ and uncopied.corpus_.dtype == np.float16
     np.testing.assert_array_equal(uncopied.search(Q, 10).indices, ref[1])
     assert calls == [(300, 5)]
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="PyTorch is not installed")
+def test_exact_index_torch_keeps_corpus_on_device():
+    """The torch backend moves the corpus once (a float32 tensor on the device) and reads
+    only that tensor afterwards (on CPU here; on CUDA when present)."""
+    import torch
+
+    rng = np.random.default_rng(26)
+    Q, C = int_data(rng, 9, 400, 6)
+    C16 = C.astype(np.float16)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    index = ExactIndex(C16, backend="torch", device=device, block_size=128)
+    assert index.copied_ and isinstance(index._device_corpus, torch.Tensor)
+    assert index._device_corpus.dtype == torch.float32 and index._device_corpus.device.type == device
+    ref_s, ref_i = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, 11)
+    C16[:] = 0
+    res = index.search(Q, 11)
+    assert res.backend == f"torch:{device}"
+    np.testing.assert_array_equal(res.indices, ref_i)
+    np.testing.assert_array_equal(res.scores, ref_s.astype(np.float32))
 
 
 def test_exact_index_memmaps(tmp_path):
@@ -360,7 +381,7 @@ def test_exact_index_memmaps(tmp_path):
         mm[:] = C
         mm.flush()
         Cm = np.load(path, mmap_mode="r")
-        index = ExactIndex(Cm, block_size=100)
+        index = ExactIndex(Cm, backend="numpy", block_size=100)
         if dtype == np.float32:  # used in place: no copy of a float32 memmap
             assert not index.copied_ and np.shares_memory(index.corpus_, Cm)
         else:
@@ -370,7 +391,7 @@ def test_exact_index_memmaps(tmp_path):
         np.testing.assert_array_equal(res.scores, ref_s)
     # a float16 memmap larger than the copy budget stays a memmap (bounded memory)
     mm16 = np.load(tmp_path / "c_float16.npy", mmap_mode="r")
-    big = ExactIndex(mm16, max_copy_bytes=800 * 8 * 4 - 1)
+    big = ExactIndex(mm16, backend="numpy", max_copy_bytes=800 * 8 * 4 - 1)
     assert not big.copied_ and big.corpus_.dtype == np.float16 and np.shares_memory(big.corpus_, mm16)
     np.testing.assert_array_equal(big.search(Q, 9).indices, ref_i)
 
