@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -113,10 +114,10 @@ def run(quick: bool = False) -> str:
         splits = half_splits(n, cfg["L"], 11)
         with threadpool_limits(limits=1, user_api="blas"):
             reset_path_counts()
-            t_fast, res = _best_of(lambda: cars_score(X, Yp, Yn, cfg["r"], splits=splits, n_jobs=1), repeats)
+            t_fast, res = _best_of(partial(cars_score, X, Yp, Yn, cfg["r"], splits=splits, n_jobs=1), repeats)
             counts = {k: v // repeats for k, v in path_counts().items()}
-            t_naive, naive = _best_of(lambda: naive_cars(X, Yp, Yn, cfg["r"], splits), repeats)
-        t_all, _ = _best_of(lambda: cars_score(X, Yp, Yn, cfg["r"], splits=splits), 1)
+            t_naive, naive = _best_of(partial(naive_cars, X, Yp, Yn, cfg["r"], splits), repeats)
+        t_all, _ = _best_of(partial(cars_score, X, Yp, Yn, cfg["r"], splits=splits), 1)
         rel = abs(res.score - naive) / max(abs(naive), 1e-300)
         naive_choice = "dual" if naive > 0 else "shared"
         rows.append((cfg, n, p, t_fast, t_naive, t_all, res.score, rel, res.choice, naive_choice, counts))

@@ -178,7 +178,8 @@ def _dense_eigen(S: np.ndarray, r: int, tol: float = 1e-10) -> tuple[np.ndarray,
     w, Q, path = _top_eigh(S, r)
     if path == "subset":
         resid = np.linalg.norm(S @ Q - Q * w, axis=0)
-        if np.all(np.isfinite(resid)) and np.all(resid <= tol * max(np.linalg.norm(S), 1e-300)):
+        scale = max(float(np.linalg.norm(S)), 1e-300)  # ||S||_F >= ||S||_2
+        if np.all(np.isfinite(resid)) and np.all(resid <= tol * scale):
             _count("eigen:subset")
             return w, Q
         w_all, Q_all = np.linalg.eigh(S)

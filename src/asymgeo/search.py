@@ -608,6 +608,14 @@ class ExactIndex:
     >>> scores, rows = index.search(query[None], 10)  # doctest: +SKIP
     """
 
+    corpus_: np.ndarray
+    operator_: np.ndarray | None
+    backend_: str
+    device_: str
+    copied_: bool
+    n_documents_: int
+    dim_: int
+
     def __init__(
         self,
         corpus: Any,

@@ -89,12 +89,12 @@ def mine_hard_negatives(
     if n == 0:
         return SearchResult(scores, rows, "numpy")
     res = exact_search(np.asarray(Q, dtype=np.float32), corpus, k + max_ex, progress=None)
-    S, I = np.asarray(res.scores), np.asarray(res.indices)
+    top_s, top_i = np.asarray(res.scores), np.asarray(res.indices)
     for i in range(n):
         ex = exclude[i]
-        keep = [j for j in range(I.shape[1]) if int(I[i, j]) not in ex][:k]
-        rows[i] = I[i, keep]
-        scores[i] = S[i, keep]
+        keep = [j for j in range(top_i.shape[1]) if int(top_i[i, j]) not in ex][:k]
+        rows[i] = top_i[i, keep]
+        scores[i] = top_s[i, keep]
     return SearchResult(scores, rows, res.backend)
 
 
@@ -179,7 +179,7 @@ def _read_negatives(
         and rows.dtype == np.int64 and scores.dtype == np.float32
         and bool(np.isfinite(scores).all())
         and (n == 0 or (int(rows.min()) >= 0 and int(rows.max()) < n_docs))
-        and not any(int(r) in ex for row, ex in zip(rows, excludes) for r in row)
+        and not any(int(r) in ex for row, ex in zip(rows, excludes, strict=True) for r in row)
         and bool(np.all(scores[:, :-1] >= scores[:, 1:]))
     )
     if not ok:
