@@ -21,6 +21,13 @@ Guarantees
   by such rounding can then swap between backends.  With exactly representable data,
   e.g. small integers, all backends agree bit for bit.)
 
+Reusable index
+--------------
+:class:`ExactIndex` prepares a corpus once (a float32 copy of a float16/float64 corpus
+within ``max_copy_bytes``, the corpus on the GPU for ``torch``, one FAISS index) and then
+answers many searches with the same results; :func:`exact_search` is the one-shot form
+(no copy: a float16 corpus is converted block by block during the search).
+
 Backends
 --------
 ``numpy`` (default on CPU)
