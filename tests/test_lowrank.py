@@ -167,3 +167,20 @@ def test_thin_singular_property(m, p, r, seed, repeat):
         return  # truncation not unique: nothing to compare
     U, s, V = top_singular(C, r, factors=(A, B, 1.0 / m))
     _check_singular(C, r, U, s, V, rtol=1e-8)
+
+
+def test_krylov_probe_separates_gapped_from_gapless_spectra():
+    """krylov_suits (CARS' choice for method="auto") accepts a moment with a clear gap at r
+    and refuses one without, and refuses small operators at once."""
+    from asymgeo._lowrank import krylov_suits
+
+    rng = np.random.default_rng(9)
+    p, r = 512, 16
+    Qo, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    S = (Qo * np.concatenate([np.linspace(10.0, 5.0, r), rng.uniform(-0.05, 0.05, p - r)])) @ Qo.T
+    K = rng.standard_normal((p, p))
+    C_gap = S + (K - K.T) * 0.01  # sym(C_gap) == S: a clear gap at r
+    assert krylov_suits(C_gap, r)
+    G = rng.standard_normal((p, p))
+    assert not krylov_suits(G / np.sqrt(p), r)  # no gap anywhere
+    assert not krylov_suits(np.eye(64), 2)  # too small to be worth a probe

@@ -23,7 +23,8 @@ path ever returns an unconverged truncation.
     Block Lanczos with Rayleigh-Ritz extraction and warm starts.  Fast when the
     spectrum has a clear gap at ``r`` (it converges in a few blocks); on spectra
     without one (real embeddings) it would need more than p/2 basis columns, so
-    ``method="auto"`` does not use it: only ``method="krylov"`` does.
+    ``method="auto"`` here does not use it: only ``method="krylov"`` does, and CARS
+    chooses it after a probe on the full-data moment (:func:`krylov_suits`).
 
 :func:`path_counts` reports how often each path answered (for benchmarks and tests).
 """
@@ -36,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["top_singular", "top_eigen", "path_counts", "reset_path_counts"]
+__all__ = ["top_singular", "top_eigen", "krylov_suits", "path_counts", "reset_path_counts"]
 
 _COUNTS: Counter[str] = Counter()
 _COUNTS_LOCK = threading.Lock()
@@ -221,6 +222,7 @@ def _block_lanczos(
     start: np.ndarray | None,
     allowed: Callable[[np.ndarray, float], np.ndarray],
     rng: np.random.Generator,
+    max_dim: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-r algebraic eigenpairs of the symmetric operator ``apply`` on R^p.
 
@@ -229,7 +231,7 @@ def _block_lanczos(
     ``||A x - t x||`` is at most ``allowed(ritz_values, spectral_scale)``.  Rayleigh-Ritz
     is only done at checkpoints, placed by extrapolating the observed convergence
     rate, and always once more on the largest basis allowed.  Returns None when the
-    basis would exceed p/2 columns (the caller goes dense).
+    basis would exceed ``max_dim`` (at most p/2) columns (the caller goes dense).
     """
     b = max(2 * r, r + 8)
     omega = rng.standard_normal((p, b))
@@ -238,7 +240,7 @@ def _block_lanczos(
     Q = _orth_against(None, omega)
     A_last = apply(Q)
     AQ = A_last  # kept alongside Q: each Krylov step costs one application of the operator
-    max_dim = p // 2
+    max_dim = p // 2 if max_dim is None else min(max_dim, p // 2)
     history: list[tuple[int, float]] = []  # (steps taken, worst residual ratio)
     steps = 0
     next_check = 0
@@ -305,22 +307,9 @@ def top_singular(
     """
     p, q = C.shape
     if _use_krylov(method, r, min(p, q)):
-        rng = rng if rng is not None else np.random.default_rng(0)
-
-        # Lanczos on C^T C.  For a Ritz pair (theta, v) with s = sqrt(theta) and u = C v / s,
-        # C v = s u holds exactly and ||C^T u - s v|| = ||C^T C v - theta v|| / s: certify that.
-        def allowed(theta: np.ndarray, scale: float) -> np.ndarray:
-            s = np.sqrt(np.maximum(theta, 0.0))
-            return tol * s * np.sqrt(scale)
-
-        out = _block_lanczos(lambda W: C.T @ (C @ W), q, r, start, allowed, rng)
+        out = _krylov_singular(C, r, start, tol, rng)
         if out is not None:
-            theta, V = out
-            s = np.sqrt(np.maximum(theta, 0.0))
-            if s[-1] > 1e-6 * s[0]:
-                _count("singular:krylov")
-                return (C @ V) / s, s, V
-        _count("singular:krylov_failed")
+            return out
     elif factors is not None:
         A, B, c = factors
         if A.shape != (A.shape[0], p) or B.shape != (A.shape[0], q):
@@ -351,14 +340,72 @@ def top_eigen(
     """
     p = S.shape[0]
     if _use_krylov(method, r, p):
-        rng = rng if rng is not None else np.random.default_rng(1)
-
-        def allowed(w: np.ndarray, scale: float) -> np.ndarray:
-            return np.full_like(w, tol * scale)
-
-        out = _block_lanczos(lambda W: S @ W, p, r, start, allowed, rng)
+        out = _krylov_eigen(S, r, start, tol, rng)
         if out is not None:
-            _count("eigen:krylov")
             return out
-        _count("eigen:krylov_failed")
     return _dense_eigen(S, r)
+
+
+def _krylov_singular(
+    C: np.ndarray, r: int, start: np.ndarray | None, tol: float, rng: np.random.Generator | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Certified block Lanczos on ``C^T C``; None (counted) when it does not certify."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+
+    # For a Ritz pair (theta, v) with s = sqrt(theta) and u = C v / s, C v = s u holds
+    # exactly and ||C^T u - s v|| = ||C^T C v - theta v|| / s: certify that.
+    def allowed(theta: np.ndarray, scale: float) -> np.ndarray:
+        s = np.sqrt(np.maximum(theta, 0.0))
+        return tol * s * np.sqrt(scale)
+
+    out = _block_lanczos(lambda W: C.T @ (C @ W), C.shape[1], r, start, allowed, rng)
+    if out is not None:
+        theta, V = out
+        s = np.sqrt(np.maximum(theta, 0.0))
+        if s[-1] > 1e-6 * s[0]:
+            _count("singular:krylov")
+            return (C @ V) / s, s, V
+    _count("singular:krylov_failed")
+    return None
+
+
+def _krylov_eigen(
+    S: np.ndarray, r: int, start: np.ndarray | None, tol: float, rng: np.random.Generator | None,
+    max_dim: int | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Certified block Lanczos for the top-r algebraic eigenpairs; None (counted) if not certified."""
+    rng = rng if rng is not None else np.random.default_rng(1)
+
+    def allowed(w: np.ndarray, scale: float) -> np.ndarray:
+        return np.full_like(w, tol * scale)
+
+    out = _block_lanczos(lambda W: S @ W, S.shape[0], r, start, allowed, rng, max_dim)
+    if out is not None:
+        _count("eigen:krylov")
+        return out
+    _count("eigen:krylov_failed")
+    return None
+
+
+# A Krylov probe is worth its cost only for large operators and small wanted blocks.
+_KRYLOV_MIN_DIM = 512
+_KRYLOV_MAX_FRACTION = 1.0 / 16.0
+_PROBE_BLOCKS = 7
+
+
+def krylov_suits(C: np.ndarray, r: int, tol: float = 1e-10) -> bool:
+    """Whether the certified block-Krylov solver answers for ``C`` at rank ``r``.
+
+    A probe for many truncations of perturbed copies of ``C`` (CARS' half moments): runs
+    Krylov, without a warm start, for the top-r eigenpairs of ``sym(C)`` (the harder
+    problem for it: the spectrum has two ends, and the SVD of the copies gets warm starts);
+    True if that certifies within a basis of 7 blocks (a cheap probe; a gap of 100x at r
+    needs about 6).  Spectra with a clear gap at ``r``
+    pass (then Krylov beats LAPACK); real embedding moments, without one, fail and should
+    go dense.  False at once when ``p < 512`` or ``r > p/16``.
+    """
+    p = min(C.shape)
+    if C.shape[0] != C.shape[1] or p < _KRYLOV_MIN_DIM or r > p * _KRYLOV_MAX_FRACTION or 4 * r + 16 > p:
+        return False
+    block = max(2 * r, r + 8)  # _block_lanczos' block size
+    return _krylov_eigen((C + C.T) / 2.0, r, None, tol, None, max_dim=_PROBE_BLOCKS * block) is not None

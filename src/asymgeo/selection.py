@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._lowrank import top_eigen, top_singular
+from ._lowrank import krylov_suits, top_eigen, top_singular
 from ._validation import as_float_matrix, check_rank, check_same_shape, check_seed, check_triples_informative
 from .geometry import sym
 
@@ -211,6 +211,15 @@ def _krylov_starts(
     return V_all, Q_all
 
 
+def _choose_solver(C_all: np.ndarray, rank: int, method: str) -> str:
+    """``method="auto"``: ``"krylov"`` if it certifies on the full-data moment (a clear
+    spectral gap at ``rank``: then warm-started Krylov beats LAPACK on every half), else
+    ``"dense"`` (thin factors and subset LAPACK: real embeddings)."""
+    if method != "auto":
+        return method
+    return "krylov" if krylov_suits(C_all, rank) else "dense"
+
+
 def _split_term(
     X: np.ndarray,
     D: np.ndarray,
@@ -299,9 +308,11 @@ def cars_score(
         core).  BLAS runs single-threaded inside ``cars_score``; ``n_jobs`` changes the
         result only by BLAS rounding (summation order), and a fixed ``n_jobs`` is
         deterministic.
-    method : truncation solver, ``"auto"``/``"dense"`` (LAPACK on the thin factors of each
-        half moment and on index subsets, certified) or ``"krylov"`` (certified block
-        Krylov warm-started from the full-data subspaces); see :mod:`asymgeo._lowrank`.
+    method : truncation solver: ``"dense"`` (LAPACK on the thin factors of each half
+        moment and on index subsets, certified), ``"krylov"`` (certified block Krylov
+        warm-started from the full-data subspaces, falling back to dense) or ``"auto"``
+        (``"krylov"`` when p >= 512, rank <= p/16 and Krylov certifies on the full-data
+        moment, else ``"dense"``); see :mod:`asymgeo._lowrank`.
     """
     X = as_float_matrix(X, "X")
     Y_pos = as_float_matrix(Y_pos, "Y_pos")
@@ -334,6 +345,7 @@ def cars_score(
     # turns spin against each other (measured 20x slower on a loaded 2-core machine).
     with _single_threaded_blas():
         C_all = X.T @ D / n
+        method = _choose_solver(C_all, rank, method)
         full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n))
         starts = _krylov_starts(C_all, full, rank, method)
         # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
