@@ -178,12 +178,14 @@ def _check_splits(splits: Sequence[tuple[Sequence[int], Sequence[int]]], n: int)
             raise ValueError(f"splits[{b}]: expected a pair (I1, I2) of index arrays")
         I1 = np.asarray(pair[0], dtype=np.int64)
         I2 = np.asarray(pair[1], dtype=np.int64)
-        for nm, I in (("I1", I1), ("I2", I2)):
-            if I.ndim != 1 or I.size == 0:
+        for nm, idx in (("I1", I1), ("I2", I2)):
+            if idx.ndim != 1 or idx.size == 0:
                 raise ValueError(f"splits[{b}].{nm}: expected a non-empty 1-d index array")
-            if I.min() < 0 or I.max() >= n:
-                raise ValueError(f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{I.min()}, {I.max()}]")
-            if np.unique(I).size != I.size:
+            if idx.min() < 0 or idx.max() >= n:
+                raise ValueError(
+                    f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]"
+                )
+            if np.unique(idx).size != idx.size:
                 raise ValueError(f"splits[{b}].{nm}: contains repeated indices")
         if np.intersect1d(I1, I2).size:
             raise ValueError(f"splits[{b}]: I1 and I2 must be disjoint")
