@@ -7,7 +7,7 @@ The kernel :func:`cars_score` is a pure function on arrays; the estimator
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -259,8 +259,14 @@ def _split_term(
     return a, max(n1 + n2 - 2.0 * a, 0.0)
 
 
-def _map_splits(fn, split_list: list, n_jobs: int | None, p: int) -> list[tuple[float, float]]:  # type: ignore[no-untyped-def]
-    """``[fn(pair) for pair in split_list]``, on threads with single-threaded BLAS if useful.
+def _map_splits(
+    fn: Callable[[tuple[np.ndarray, np.ndarray]], tuple[float, float]],
+    split_list: list[tuple[np.ndarray, np.ndarray]],
+    n_jobs: int | None,
+    p: int,
+) -> list[tuple[float, float]]:
+    """``[fn(pair) for pair in split_list]``, on ``n_jobs`` threads if useful (the caller
+    holds BLAS single-threaded).
 
     Splits are independent; the many small factorisations scale better on threads than
     with multithreaded BLAS on each.  Results are gathered in split order: deterministic.
