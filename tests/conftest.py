@@ -32,3 +32,16 @@ def shared_dir() -> Path:
     if not SHARED_DIR.is_dir():
         pytest.fail(f"{SHARED_DIR.resolve()}: the shared data folder is missing")
     return SHARED_DIR.resolve()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _triples_cache_in_tmp(tmp_path_factory):
+    """Hard negatives mined from read-only caches (../shared) are cached in a temporary
+    folder, never in the user's ~/.cache (asymgeo.data.triples falls back there)."""
+    old = os.environ.get("ASYMGEO_TRIPLES_DIR")
+    os.environ["ASYMGEO_TRIPLES_DIR"] = str(tmp_path_factory.mktemp("triples-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ASYMGEO_TRIPLES_DIR", None)
+    else:
+        os.environ["ASYMGEO_TRIPLES_DIR"] = old

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from asymgeo.search import AdapterIndex, SearchResult, available_backends, exact_search, transform_index
+from asymgeo.search import AdapterIndex, ExactIndex, SearchResult, available_backends, exact_search, transform_index
 
 BACKENDS = [b for b in ("numpy", "torch", "faiss") if b in available_backends()]
 
@@ -302,3 +302,136 @@ def test_progress_bar_shown_only_when_asked(capsys):
     np.testing.assert_array_equal(plain.indices, shown.indices)
     err = capsys.readouterr().err
     assert "exact search" in err and "/1.00k" in err
+
+
+# --------------------------------------------------------------------------- ExactIndex
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
+def test_exact_index_equals_brute_force_with_ties(backend, dtype):
+    rng = np.random.default_rng(21)
+    Q, C = int_data(rng, 19, 503, 6)
+    index = ExactIndex(C.astype(dtype), backend=backend, device="cpu", block_size=97)
+    assert len(index) == 503 and index.dim_ == 6
+    S = Q.astype(np.float64) @ C.astype(np.float64).T
+    for k in (1, 8, 503):  # several searches on one prepared index
+        ref_s, ref_i = brute_force(S, k)
+        res = index.search(Q, k)
+        np.testing.assert_array_equal(res.indices, ref_i)
+        np.testing.assert_array_equal(res.scores, ref_s.astype(np.float32))
+    one = index.search(Q[3:4], 5)  # a single query
+    np.testing.assert_array_equal(one.indices, brute_force(S[3:4], 5)[1])
+
+
+def test_exact_index_prepares_once_and_reuses(monkeypatch):
+    """The float16 corpus is converted exactly once, at construction; searches read the
+    prepared float32 copy (changing the original afterwards changes nothing), while the
+    one-shot exact_search path reads the original every time."""
+    import asymgeo.search as search
+
+    calls = []
+    real_copy = search._float32_copy
+    monkeypatch.setattr(search, "_float32_copy", lambda C: calls.append(C.shape) or real_copy(C))
+    rng = np.random.default_rng(22)
+    Q, C = int_data(rng, 7, 300, 5)
+    C16 = C.astype(np.float16)
+    index = ExactIndex(C16, backend="numpy")
+    assert calls == [(300, 5)] and index.copied_ and index.corpus_.dtype == np.float32
+    ref = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, 10)
+    C16[:] = 0  # the caller reuses its buffer: the index keeps the data it prepared
+    for _ in range(3):
+        res = index.search(Q, 10)
+        np.testing.assert_array_equal(res.indices, ref[1])
+        np.testing.assert_array_equal(res.scores, ref[0].astype(np.float32))
+    assert calls == [(300, 5)]  # not re-converted per call
+    # without a copy the index reads the caller's array (so the check above can fail)
+    uncopied = ExactIndex(C.astype(np.float16), backend="numpy", max_copy_bytes=0)
+    assert not uncopied.copied_ and uncopied.corpus_.dtype == np.float16
+    np.testing.assert_array_equal(uncopied.search(Q, 10).indices, ref[1])
+    assert calls == [(300, 5)]
+
+
+@pytest.mark.skipif("torch" not in BACKENDS, reason="PyTorch is not installed")
+def test_exact_index_torch_keeps_corpus_on_device():
+    """The torch backend moves the corpus once (a float32 tensor on the device) and reads
+    only that tensor afterwards (on CPU here; on CUDA when present)."""
+    import torch
+
+    rng = np.random.default_rng(26)
+    Q, C = int_data(rng, 9, 400, 6)
+    C16 = C.astype(np.float16)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    index = ExactIndex(C16, backend="torch", device=device, block_size=128)
+    assert index.copied_ and isinstance(index._device_corpus, torch.Tensor)
+    assert index._device_corpus.dtype == torch.float32 and index._device_corpus.device.type == device
+    ref_s, ref_i = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, 11)
+    C16[:] = 0
+    res = index.search(Q, 11)
+    assert res.backend == f"torch:{device}"
+    np.testing.assert_array_equal(res.indices, ref_i)
+    np.testing.assert_array_equal(res.scores, ref_s.astype(np.float32))
+
+
+def test_exact_index_memmaps(tmp_path):
+    rng = np.random.default_rng(23)
+    Q, C = int_data(rng, 6, 800, 8)
+    ref_s, ref_i = brute_force(Q.astype(np.float64) @ C.astype(np.float64).T, 9)
+    for dtype in (np.float16, np.float32):
+        path = tmp_path / f"c_{np.dtype(dtype).name}.npy"
+        mm = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=C.shape)
+        mm[:] = C
+        mm.flush()
+        Cm = np.load(path, mmap_mode="r")
+        index = ExactIndex(Cm, backend="numpy", block_size=100)
+        if dtype == np.float32:  # used in place: no copy of a float32 memmap
+            assert not index.copied_ and np.shares_memory(index.corpus_, Cm)
+        else:
+            assert index.copied_ and index.corpus_.dtype == np.float32
+        res = index.search(Q, 9)
+        np.testing.assert_array_equal(res.indices, ref_i)
+        np.testing.assert_array_equal(res.scores, ref_s)
+    # a float16 memmap larger than the copy budget stays a memmap (bounded memory)
+    mm16 = np.load(tmp_path / "c_float16.npy", mmap_mode="r")
+    big = ExactIndex(mm16, backend="numpy", max_copy_bytes=800 * 8 * 4 - 1)
+    assert not big.copied_ and big.corpus_.dtype == np.float16 and np.shares_memory(big.corpus_, mm16)
+    np.testing.assert_array_equal(big.search(Q, 9).indices, ref_i)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_exact_index_operator(backend):
+    rng = np.random.default_rng(24)
+    X = rng.integers(-2, 3, size=(11, 5)).astype(np.float32)
+    Y = rng.integers(-2, 3, size=(250, 3)).astype(np.float16)
+    M = rng.integers(-2, 3, size=(5, 3)).astype(np.float32)
+    ref_s, ref_i = brute_force(X.astype(np.float64) @ M @ Y.T.astype(np.float64), 12)
+    index = ExactIndex(Y, M, backend=backend, device="cpu")
+    res = index.search(X, 12)
+    np.testing.assert_array_equal(res.indices, ref_i)
+    np.testing.assert_array_equal(res.scores, ref_s.astype(np.float32))
+    with pytest.raises(ValueError, match=r"operator: shape \(5, 3\) does not act on queries of dimension 3"):
+        index.search(Y[:2], 1)
+
+
+def test_exact_index_matches_exact_search_on_float_data():
+    rng = np.random.default_rng(25)
+    Q = rng.standard_normal((30, 48)).astype(np.float32)
+    C = rng.standard_normal((2000, 48)).astype(np.float16)
+    a = ExactIndex(C).search(Q, 20)
+    b = exact_search(Q, C, 20)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.scores, b.scores)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_exact_index_bad_input(dtype):
+    C = np.ones((40, 4), dtype)
+    C[29, 1] = np.inf
+    with pytest.raises(ValueError, match="corpus: row 29 contains NaN or infinite"):
+        ExactIndex(C)  # caught once, at construction
+    with pytest.raises(ValueError, match="max_copy_bytes"):
+        ExactIndex(np.ones((4, 2)), max_copy_bytes=-1)
+    with pytest.raises(ValueError, match="block_size"):
+        ExactIndex(np.ones((4, 2)), block_size=0)
+    with pytest.raises(ValueError, match="queries: dimension 3 does not match corpus dimension 2"):
+        ExactIndex(np.ones((4, 2))).search(np.ones((1, 3)), 1)
+    with pytest.raises(ValueError, match=r"k = 5 is larger than the corpus \(4 documents\)"):
+        ExactIndex(np.ones((4, 2))).search(np.ones((1, 2)), 5)

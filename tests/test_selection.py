@@ -291,3 +291,24 @@ def test_cars_method_keyword_is_a_deprecated_alias_of_solver(rng):
     with pytest.warns(DeprecationWarning, match="cars_score: method= is renamed to solver="):
         old = cars_score(X, Yp, Yn, 2, n_splits=3, seed=1, method="dense")
     assert old.score == new.score
+
+
+def test_cars_thin_factor_path_matches_naive_with_repeated_rows():
+    """Fewer triples per half than 3p/4 (real training sets): the SVD of every half runs on
+    its thin factors (from sub-blocks of the full Gram matrices), also when queries repeat
+    and a difference row is zero (the Cholesky basis then fails and Householder QR is used);
+    the score still equals the naive one and the thin path demonstrably answered."""
+    from asymgeo._lowrank import path_counts, reset_path_counts
+
+    rng = np.random.default_rng(17)
+    n, p, r = 40, 96, 3
+    X, Yp, Yn = _triples(rng, n, p)
+    X[7] = X[3]  # a repeated query
+    Yn[11] = Yp[11]  # a triple whose positive and negative coincide: D row 11 is zero
+    splits = _random_splits(rng, n, 5)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1)
+    counts = path_counts()
+    _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
+    assert counts.get("singular:thin", 0) == 2 * len(splits) + 1  # every half and the full moment
+    assert counts.get("singular:full", 0) == 0

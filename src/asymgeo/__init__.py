@@ -58,6 +58,7 @@ _EXPORTS: dict[str, str] = {
     "selector_projection": "selection",
     # retrieval: exact search and metrics
     "exact_search": "search",
+    "ExactIndex": "search",
     "SearchResult": "search",
     "AdapterIndex": "search",
     "transform_index": "search",
@@ -134,7 +135,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         tangent_projectors,
     )
     from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
-    from .search import AdapterIndex, SearchResult, exact_search, transform_index
+    from .search import AdapterIndex, ExactIndex, SearchResult, exact_search, transform_index
     from .selection import CarsResult, cars_score, half_splits, selector_projection
     from .simulation import TwoViewModel, candidate_ndcg, two_view_model
     from .theory import (

@@ -21,6 +21,13 @@ Guarantees
   by such rounding can then swap between backends.  With exactly representable data,
   e.g. small integers, all backends agree bit for bit.)
 
+Reusable index
+--------------
+:class:`ExactIndex` prepares a corpus once (a float32 copy of a float16/float64 corpus
+within ``max_copy_bytes``, the corpus on the GPU for ``torch``, one FAISS index) and then
+answers many searches with the same results; :func:`exact_search` is the one-shot form
+(no copy: a float16 corpus is converted block by block during the search).
+
 Backends
 --------
 ``numpy`` (default on CPU)
@@ -55,6 +62,7 @@ from ._validation import check_int
 
 __all__ = [
     "SearchResult",
+    "ExactIndex",
     "exact_search",
     "transform_index",
     "AdapterIndex",
@@ -175,35 +183,6 @@ def _check_finite_rows(arr: np.ndarray, name: str, offset: int = 0) -> None:
     if not finite.all():
         row = int(np.flatnonzero(~finite)[0]) + offset
         raise ValueError(f"{name}: row {row} contains NaN or infinite values")
-
-
-def _prepare_queries(queries: Any, corpus: np.ndarray, operator: Any) -> np.ndarray:
-    Q = _check_matrix(queries, "queries", "(n, p)")
-    p_docs = corpus.shape[1]
-    if operator is not None:
-        M = _check_matrix(operator, "operator", "(p, p')")
-        if M.shape[0] != Q.shape[1]:
-            raise ValueError(
-                f"operator: shape {M.shape} does not act on queries of dimension "
-                f"{Q.shape[1]} (expected ({Q.shape[1]}, {p_docs}))"
-            )
-        if M.shape[1] != p_docs:
-            raise ValueError(
-                f"operator: shape {M.shape} does not match corpus dimension "
-                f"{p_docs} (expected ({Q.shape[1]}, {p_docs}))"
-            )
-        _check_finite_rows(np.asarray(M), "operator")
-        _check_finite_rows(Q, "queries")
-        # Rows: (M^T x)^T = x^T M; computed in float64 then rounded once.
-        Q = np.asarray(Q, dtype=np.float64) @ np.asarray(M, dtype=np.float64)
-    elif Q.shape[1] != p_docs:
-        raise ValueError(
-            f"queries: dimension {Q.shape[1]} does not match corpus dimension {p_docs} "
-            f"(queries shape {Q.shape}, corpus shape {corpus.shape})"
-        )
-    Q = np.ascontiguousarray(Q, dtype=np.float32)
-    _check_finite_rows(Q, "queries" if operator is None else "queries @ operator")
-    return Q
 
 
 def _block_size(n_queries: int, n_docs: int, k: int, tile_bytes: int, block_size: Any) -> int:
@@ -391,8 +370,10 @@ def _search_numpy_parallel(
 
 # --------------------------------------------------------------------------- torch backend
 def _search_torch(
-    Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str
+    Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str, prepared: Any = None
 ) -> SearchResult:
+    """The torch backend; ``prepared`` is the whole corpus as a float32 tensor on ``device``
+    (checked finite once, by :class:`ExactIndex`), else blocks are moved per call."""
     import torch
 
     dev = torch.device(device)
@@ -410,11 +391,14 @@ def _search_torch(
         top_i = torch.full((n, k), -1, dtype=torch.int64, device=dev)
         for d0 in range(0, N, block):
             d1 = min(N, d0 + block)
-            C = torch.from_numpy(np.ascontiguousarray(corpus[d0:d1])).to(dev).float()
-            bad = ~torch.isfinite(C).all(dim=1)
-            if bool(bad.any()):
-                row = int(torch.nonzero(bad)[0, 0]) + d0
-                raise ValueError(f"corpus: row {row} contains NaN or infinite values")
+            if prepared is not None:
+                C = prepared[d0:d1]
+            else:
+                C = torch.from_numpy(np.ascontiguousarray(corpus[d0:d1])).to(dev).float()
+                bad = ~torch.isfinite(C).all(dim=1)
+                if bool(bad.any()):
+                    row = int(torch.nonzero(bad)[0, 0]) + d0
+                    raise ValueError(f"corpus: row {row} contains NaN or infinite values")
             B = d1 - d0
             kk = min(k, B)
             for q0 in range(0, n, qb):
@@ -450,7 +434,8 @@ def _search_torch(
 
 
 # --------------------------------------------------------------------------- faiss backend
-def _search_faiss(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> SearchResult:
+def _faiss_index(corpus: np.ndarray) -> Any:
+    """``faiss.IndexFlatIP`` holding a float32 copy of the corpus (rows checked finite)."""
     try:
         import faiss
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -459,10 +444,15 @@ def _search_faiss(Q: np.ndarray, corpus: np.ndarray, k: int, block: int) -> Sear
         ) from exc
     N, p = corpus.shape
     index = faiss.IndexFlatIP(p)
-    for d0 in range(0, N, max(block, 65536)):
-        C = np.ascontiguousarray(corpus[d0 : d0 + max(block, 65536)], dtype=np.float32)
+    for d0 in range(0, N, 65536):
+        C = np.ascontiguousarray(corpus[d0 : d0 + 65536], dtype=np.float32)
         _check_finite_rows(C, "corpus", d0)
         index.add(C)
+    return index
+
+
+def _search_faiss(Q: np.ndarray, corpus: np.ndarray, k: int, index: Any) -> SearchResult:
+    N = corpus.shape[0]
     kq = min(k + 1, N)
     D, I = index.search(Q, kq)
     D = D.astype(np.float32, copy=False)
@@ -558,26 +548,219 @@ def exact_search(
         score ties are ordered by lower document index (see module docstring).
         Unpacks as ``scores, indices = exact_search(...)``.
     """
-    C = _check_matrix(corpus, "corpus", "(N, p)")
-    backend, device = _resolve(backend, device)
-    Q = _prepare_queries(queries, C, operator)
-    k = _check_k(k, C.shape[0])
-    if backend == "torch":
-        return _search_torch(Q, C, k, block_size, device)
-    block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES, block_size)
-    if backend == "faiss":
-        return _search_faiss(Q, C, k, block)
-    workers = min(_cpu_workers(), C.shape[0] // max(k, 1))
-    from tqdm.auto import tqdm
+    # One search: no float32 copy and no separate pass over the corpus (its rows are
+    # checked through their scores); the search itself is ExactIndex.search.
+    index = ExactIndex.__new__(ExactIndex)
+    index.corpus, index.operator, index.backend, index.device = corpus, operator, backend, device
+    index.block_size, index.max_copy_bytes = block_size, 0
+    index._prepare(check_corpus=False)
+    return index.search(queries, k, progress=progress)
 
-    # progress=None: a bar only on a terminal (tqdm's own rule); updates are per corpus block.
-    with tqdm(total=C.shape[0], unit="doc", unit_scale=True, desc="exact search",
-              disable=None if progress is None else not progress, leave=False) as bar:
-        if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
-            # the tile budget is shared between the threads (measured best here)
-            block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES // workers, block_size)
-            return _search_numpy_parallel(Q, C, k, block, workers, bar)
-        return _search_numpy(Q, C, k, block, bar)
+
+# Corpora up to this size (as float32) are copied once by ExactIndex; larger ones are
+# converted block by block on every search, as exact_search does.
+_DEFAULT_COPY_BYTES = 1 << 30
+
+
+class ExactIndex:
+    """A reusable exact index: the corpus is prepared once, then searched many times.
+
+    Same results, tie rule and backends as :func:`exact_search` (which is this index
+    built without a copy and searched once): documents are ranked by ``x . y`` or, with
+    ``operator`` ``M``, by ``x^T M y`` (queries are transformed to ``x^T M``).
+
+    Preparation, once:
+
+    * ``numpy``: a corpus that is not float32 (float16 caches, float64) is converted to
+      one float32 copy when that copy needs at most ``max_copy_bytes`` (default 1 GiB);
+      a float32 corpus (a memmap too) is used in place, never copied.  A larger
+      non-float32 corpus stays as it is and is converted block by block during each
+      search (bounded memory, as :func:`exact_search`).
+    * ``torch``: the corpus as one float32 tensor on the device when it fits
+      ``max_copy_bytes``; else blocks are moved on every search.
+    * ``faiss``: one ``faiss.IndexFlatIP`` (it always holds a float32 copy).
+    * Every row is checked finite once (a clear ``ValueError`` names the first bad row).
+
+    Parameters
+    ----------
+    corpus : (N, p') array
+        Document embeddings, any float dtype; ``numpy.memmap`` welcome.  Kept by
+        reference: do not modify it while the index is in use.
+    operator : (p, p') array, optional
+        Bilinear operator ``M``; then queries have dimension ``p``.
+    backend, device, block_size
+        As for :func:`exact_search`.
+    max_copy_bytes : int
+        Largest float32 copy of the corpus the index may make (0: never copy).
+
+    Attributes
+    ----------
+    corpus_ : (N, p') array
+        What the numpy kernel reads: the float32 copy, or ``corpus`` itself.
+    operator_ : (p, p') float64 array or None
+    backend_, device_ : str
+        The resolved backend and device.
+    copied_ : bool
+        Whether a float32 copy (host or device) was made.
+    n_documents_, dim_ : int
+
+    Examples
+    --------
+    >>> index = ExactIndex(corpus_float16)          # doctest: +SKIP
+    >>> scores, rows = index.search(query[None], 10)  # doctest: +SKIP
+    """
+
+    corpus_: np.ndarray
+    operator_: np.ndarray | None
+    backend_: str
+    device_: str
+    copied_: bool
+    n_documents_: int
+    dim_: int
+
+    def __init__(
+        self,
+        corpus: Any,
+        operator: Any = None,
+        *,
+        backend: str = "auto",
+        device: str = "auto",
+        block_size: int | None = None,
+        max_copy_bytes: int = _DEFAULT_COPY_BYTES,
+    ) -> None:
+        self.corpus = corpus
+        self.operator = operator
+        self.backend = backend
+        self.device = device
+        self.block_size = block_size
+        self.max_copy_bytes = max_copy_bytes
+        self._prepare(check_corpus=True)
+
+    def _prepare(self, check_corpus: bool) -> None:
+        C = _check_matrix(self.corpus, "corpus", "(N, p)")
+        check_int(self.max_copy_bytes, "max_copy_bytes", min_value=0)
+        backend, device = _resolve(self.backend, self.device)
+        if self.block_size is not None:
+            _block_size(1, C.shape[0], 1, _CPU_TILE_BYTES, self.block_size)  # validates it
+        M = None
+        if self.operator is not None:
+            M = _check_matrix(self.operator, "operator", "(p, p')")
+            if M.shape[1] != C.shape[1]:
+                raise ValueError(
+                    f"operator: shape {M.shape} does not match corpus dimension "
+                    f"{C.shape[1]} (expected (p, {C.shape[1]}))"
+                )
+            _check_finite_rows(np.asarray(M), "operator")
+            M = np.asarray(M, dtype=np.float64)
+        self.operator_ = M
+        self.backend_, self.device_ = backend, device
+        self.n_documents_, self.dim_ = int(C.shape[0]), int(C.shape[1])
+        fits = C.shape[0] * C.shape[1] * 4 <= self.max_copy_bytes
+        self.corpus_ = C
+        self.copied_ = False
+        self._device_corpus: Any = None
+        self._faiss: Any = None
+        if backend == "faiss":
+            self._faiss = _faiss_index(C)  # checks every row
+            self.copied_ = True
+            return
+        if backend == "numpy" and fits and C.dtype != np.float32:
+            self.corpus_ = _float32_copy(C)  # checks every row
+            self.copied_ = True
+        elif backend == "torch" and fits:
+            self._device_corpus = _device_copy(C, device)  # checks every row
+            self.copied_ = True
+        elif check_corpus:
+            _check_finite_blocks(C)
+
+    def __len__(self) -> int:
+        return self.n_documents_
+
+    def _transform_queries(self, queries: Any) -> np.ndarray:
+        Q = _check_matrix(queries, "queries", "(n, p)")
+        M = self.operator_
+        if M is not None:
+            if M.shape[0] != Q.shape[1]:
+                raise ValueError(
+                    f"operator: shape {M.shape} does not act on queries of dimension "
+                    f"{Q.shape[1]} (expected ({Q.shape[1]}, {self.dim_}))"
+                )
+            _check_finite_rows(Q, "queries")
+            # Rows: (M^T x)^T = x^T M; computed in float64 then rounded once.
+            Q = np.asarray(Q, dtype=np.float64) @ M
+        elif Q.shape[1] != self.dim_:
+            raise ValueError(
+                f"queries: dimension {Q.shape[1]} does not match corpus dimension {self.dim_} "
+                f"(queries shape {Q.shape}, corpus shape {(self.n_documents_, self.dim_)})"
+            )
+        Q = np.ascontiguousarray(Q, dtype=np.float32)
+        _check_finite_rows(Q, "queries" if M is None else "queries @ operator")
+        return Q
+
+    def search(self, queries: Any, k: int, *, progress: bool | None = False) -> SearchResult:
+        """Exact top-``k`` documents for every query (see :func:`exact_search`).
+
+        Parameters
+        ----------
+        queries : (n, p) array
+        k : int, ``1 <= k <= N``
+        progress : bool or None
+            Progress bar over corpus documents (numpy backend), as in :func:`exact_search`.
+
+        Returns
+        -------
+        SearchResult
+        """
+        Q = self._transform_queries(queries)
+        C = self.corpus_
+        k = _check_k(k, C.shape[0])
+        if self.backend_ == "torch":
+            return _search_torch(Q, C, k, self.block_size, self.device_, self._device_corpus)
+        if self.backend_ == "faiss":
+            return _search_faiss(Q, C, k, self._faiss)
+        block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES, self.block_size)
+        workers = min(_cpu_workers(), C.shape[0] // max(k, 1))
+        from tqdm.auto import tqdm
+
+        # progress=None: a bar only on a terminal (tqdm's own rule); updates are per corpus block.
+        with tqdm(total=C.shape[0], unit="doc", unit_scale=True, desc="exact search",
+                  disable=None if progress is None else not progress, leave=False) as bar:
+            if workers > 1 and Q.shape[0] * C.shape[0] * C.shape[1] >= _PARALLEL_MIN_WORK:
+                # the tile budget is shared between the threads (measured best here)
+                block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES // workers, self.block_size)
+                return _search_numpy_parallel(Q, C, k, block, workers, bar)
+            return _search_numpy(Q, C, k, block, bar)
+
+
+_PREPARE_BLOCK = 65536
+
+
+def _check_finite_blocks(C: np.ndarray) -> None:
+    for d0 in range(0, C.shape[0], _PREPARE_BLOCK):
+        _check_finite_rows(np.asarray(C[d0 : d0 + _PREPARE_BLOCK], dtype=np.float32), "corpus", d0)
+
+
+def _float32_copy(C: np.ndarray) -> np.ndarray:
+    """One float32 copy of ``C``, converted and checked block by block."""
+    out = np.empty(C.shape, dtype=np.float32)
+    for d0 in range(0, C.shape[0], _PREPARE_BLOCK):
+        blk = out[d0 : d0 + _PREPARE_BLOCK]
+        with np.errstate(over="ignore"):
+            blk[...] = C[d0 : d0 + _PREPARE_BLOCK]
+        _check_finite_rows(blk, "corpus", d0)
+    return out
+
+
+def _device_copy(C: np.ndarray, device: str) -> Any:
+    """The corpus as one float32 tensor on ``device``, moved and checked block by block."""
+    import torch
+
+    out = torch.empty(C.shape, dtype=torch.float32, device=torch.device(device))
+    for d0 in range(0, C.shape[0], _PREPARE_BLOCK):
+        blk = np.ascontiguousarray(C[d0 : d0 + _PREPARE_BLOCK], dtype=np.float32)
+        _check_finite_rows(blk, "corpus", d0)
+        out[d0 : d0 + blk.shape[0]] = torch.from_numpy(blk).to(out.device)
+    return out
 
 
 # --------------------------------------------------------------------------- adapters

@@ -6,13 +6,13 @@ The kernel :func:`cars_score` is a pure function on arrays; the estimator
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._deprecation import renamed_argument
-from ._lowrank import top_eigen, top_singular
+from ._lowrank import krylov_suits, top_eigen, top_singular
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -121,15 +121,20 @@ def residual_factors(
     method: str = "auto",
     start_right: np.ndarray | None = None,
     start_eig: np.ndarray | None = None,
+    factors: tuple[np.ndarray, np.ndarray, float] | None = None,
+    grams: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Factors ``(L, R)`` (each (p, 2r)) with ``L @ R.T == V(C)``, where
 
     .. math:: V(C) = \mathcal P_{d,r}(C) - \mathcal P_{s,r}(C)
 
     is the dual-shared fit difference of Section 3.2.  Inner products of two such
-    residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.
+    residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.  ``factors = (X, D, c)``
+    with ``C == c X^T D`` let the SVD run on the thin factors, ``grams = (X X^T, D D^T)``
+    skip their Gram products (see :func:`asymgeo._lowrank.top_singular`); ``start_*`` seed
+    ``method="krylov"``.
     """
-    U, s, V = top_singular(C, rank, method=method, start=start_right)
+    U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams)
     eta, Q = top_eigen(sym(C), rank, method=method, start=start_eig)
     eta = np.maximum(eta, 0.0)
     L = np.concatenate([U * s, -(Q * eta)], axis=1)
@@ -154,7 +159,127 @@ def _single_threaded_blas():
     return limit_blas_threads(1)
 
 
-def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed branch
+def _seed_streams(seed: int | np.random.Generator) -> tuple[np.random.Generator, np.random.Generator, int | None]:
+    """Generators for the selector projection and the splits, and the integer seed (if any)."""
+    if isinstance(seed, np.random.Generator):
+        return seed, seed, None
+    check_seed(seed)
+    ss = np.random.SeedSequence(int(seed))
+    rng_proj, rng_split = (np.random.default_rng(s) for s in ss.spawn(2))
+    return rng_proj, rng_split, int(seed)
+
+
+def _check_splits(splits: Sequence[tuple[Sequence[int], Sequence[int]]], n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Validate explicit ``[(I1, I2), ...]``: non-empty, in range, no repeats, disjoint."""
+    split_list = []
+    for b, pair in enumerate(splits):
+        if len(pair) != 2:
+            raise ValueError(f"splits[{b}]: expected a pair (I1, I2) of index arrays")
+        I1 = np.asarray(pair[0], dtype=np.int64)
+        I2 = np.asarray(pair[1], dtype=np.int64)
+        for nm, idx in (("I1", I1), ("I2", I2)):
+            if idx.ndim != 1 or idx.size == 0:
+                raise ValueError(f"splits[{b}].{nm}: expected a non-empty 1-d index array")
+            if idx.min() < 0 or idx.max() >= n:
+                raise ValueError(
+                    f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]"
+                )
+            if np.unique(idx).size != idx.size:
+                raise ValueError(f"splits[{b}].{nm}: contains repeated indices")
+        if np.intersect1d(I1, I2).size:
+            raise ValueError(f"splits[{b}]: I1 and I2 must be disjoint")
+        split_list.append((I1, I2))
+    if not split_list:
+        raise ValueError("splits: expected at least one (I1, I2) pair")
+    return split_list
+
+
+def _krylov_starts(
+    C_all: np.ndarray, full: tuple[np.ndarray, np.ndarray], rank: int, method: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Warm starts for ``method="krylov"``: the full-data leading subspaces, with headroom.
+
+    Right singular vectors of width 2r (so the solver also sees the directions just below
+    the truncation edge), and both ends of the symmetric spectrum (large negative
+    eigenvalues are what slows a Krylov solver for the top algebraic ones).
+    """
+    p = C_all.shape[0]
+    width = min(2 * rank, p)
+    if method != "krylov" or 4 * width + 16 > p:
+        return None, None
+    _, _, V_all = top_singular(C_all, width, method=method)
+    Q_all = np.concatenate([full[1][:, rank:], top_eigen(-sym(C_all), rank, method=method)[1]], axis=1)
+    return V_all, Q_all
+
+
+def _choose_solver(C_all: np.ndarray, rank: int, method: str) -> str:
+    """``method="auto"``: ``"krylov"`` if it certifies on the full-data moment (a clear
+    spectral gap at ``rank``: then warm-started Krylov beats LAPACK on every half), else
+    ``"dense"`` (thin factors and subset LAPACK: real embeddings)."""
+    if method != "auto":
+        return method
+    return "krylov" if krylov_suits(C_all, rank) else "dense"
+
+
+def _split_term(
+    X: np.ndarray,
+    D: np.ndarray,
+    C_all: np.ndarray,
+    pair: tuple[np.ndarray, np.ndarray],
+    rank: int,
+    method: str,
+    starts: tuple[np.ndarray | None, np.ndarray | None],
+    grams: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[float, float]:
+    """``(<V_I1, V_I2>_F, ||V_I1 - V_I2||_F^2)`` of one half-split.
+
+    ``grams`` are the full-data ``(X X^T, D D^T)``: a half's Gram matrices are their
+    sub-blocks, so its thin-factor SVD costs only (m, m) work.
+    """
+    I1, I2 = pair
+    n = X.shape[0]
+    m1, m2 = I1.size, I2.size
+    X1, D1, X2, D2 = X[I1], D[I1], X[I2], D[I2]
+    C1 = X1.T @ D1 / m1
+    if m1 + m2 == n:  # complement: C2 from the full moment, half the work
+        C2 = (n * C_all - m1 * C1) / m2
+    else:
+        C2 = X2.T @ D2 / m2
+    g1 = g2 = None
+    if grams is not None:
+        g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
+        g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
+    f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                          factors=(X1, D1, 1.0 / m1), grams=g1)
+    f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                          factors=(X2, D2, 1.0 / m2), grams=g2)
+    a = _inner(f1, f2)
+    n1, n2 = _inner(f1, f1), _inner(f2, f2)
+    return a, max(n1 + n2 - 2.0 * a, 0.0)
+
+
+def _map_splits(
+    fn: Callable[[tuple[np.ndarray, np.ndarray]], tuple[float, float]],
+    split_list: list[tuple[np.ndarray, np.ndarray]],
+    n_jobs: int | None,
+    p: int,
+) -> list[tuple[float, float]]:
+    """``[fn(pair) for pair in split_list]``, on ``n_jobs`` threads if useful (the caller
+    holds BLAS single-threaded).
+
+    Splits are independent; the many small factorisations scale better on threads than
+    with multithreaded BLAS on each.  Results are gathered in split order: deterministic.
+    """
+    workers = _resolve_jobs(n_jobs, len(split_list), p)
+    if workers == 1:
+        return [fn(pair) for pair in split_list]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, split_list))
+
+
+def cars_score(
     X: np.ndarray,
     Y_pos: np.ndarray,
     Y_neg: np.ndarray,
@@ -187,11 +312,15 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
     splits : explicit ``[(I1, I2), ...]`` disjoint index pairs; overrides ``n_splits``.
     selector_dim : if set (< p), first project queries and documents by a fixed random
         orthonormal ``R`` (p, selector_dim) drawn from ``seed``.
-    n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential).  Threads run with
-        single-threaded BLAS; ``n_jobs`` changes the result only by BLAS rounding
-        (summation order), and a fixed ``n_jobs`` is deterministic.
-    solver : truncation solver, ``"auto"`` (certified Krylov with warm starts when
-        p >= 512 and rank <= p/16), ``"dense"`` or ``"krylov"``.
+    n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential, one
+        core).  BLAS runs single-threaded inside ``cars_score``; ``n_jobs`` changes the
+        result only by BLAS rounding (summation order), and a fixed ``n_jobs`` is
+        deterministic.
+    solver : truncation solver: ``"dense"`` (LAPACK on the thin factors of each half
+        moment and on index subsets, certified), ``"krylov"`` (certified block Krylov
+        warm-started from the full-data subspaces, falling back to dense) or ``"auto"``
+        (``"krylov"`` when p >= 512, rank <= p/16 and Krylov certifies on the full-data
+        moment, else ``"dense"``); see :mod:`asymgeo._lowrank`.
     method : deprecated alias of ``solver`` (removed in 0.3).
     """
     method = renamed_argument("cars_score", "method", "solver", method, solver, "auto")
@@ -202,13 +331,7 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
     n, p = X.shape
     if n < MIN_CARS_TRIPLES:
         raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
-    seed_value = seed if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) else None
-    if isinstance(seed, np.random.Generator):
-        rng_proj = rng_split = seed
-    else:
-        check_seed(seed)
-        ss = np.random.SeedSequence(int(seed))
-        rng_proj, rng_split = (np.random.default_rng(s) for s in ss.spawn(2))
+    rng_proj, rng_split, seed_value = _seed_streams(seed)
     D = Y_pos - Y_neg
     del Y_pos, Y_neg
     check_triples_informative(X, D)
@@ -220,72 +343,33 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
             D = D @ R
             p = selector_dim
     rank = check_rank(rank, p)
-
     if splits is None:
         split_list = half_splits(n, check_int(n_splits, "n_splits"), rng_split)
     else:
-        split_list = []
-        for b, pair in enumerate(splits):
-            if len(pair) != 2:
-                raise ValueError(f"splits[{b}]: expected a pair (I1, I2) of index arrays")
-            I1 = np.asarray(pair[0], dtype=np.int64)
-            I2 = np.asarray(pair[1], dtype=np.int64)
-            for nm, I in (("I1", I1), ("I2", I2)):
-                if I.ndim != 1 or I.size == 0:
-                    raise ValueError(f"splits[{b}].{nm}: expected a non-empty 1-d index array")
-                if I.min() < 0 or I.max() >= n:
-                    raise ValueError(f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{I.min()}, {I.max()}]")
-                if np.unique(I).size != I.size:
-                    raise ValueError(f"splits[{b}].{nm}: contains repeated indices")
-            if np.intersect1d(I1, I2).size:
-                raise ValueError(f"splits[{b}]: I1 and I2 must be disjoint")
-            split_list.append((I1, I2))
-        if not split_list:
-            raise ValueError("splits: expected at least one (I1, I2) pair")
+        split_list = _check_splits(splits, n)
 
-    C_all = X.T @ D / n
-    # Full-data factors: the raw plug-in distance, and warm starts for every half.
-    full = residual_factors(C_all, rank, method=method)
-    raw_distance = _inner(full, full)
-    # Warm starts for the halves: the full-data leading subspaces, with headroom (2r) so
-    # that the Krylov solver also sees the directions just below the truncation edge.
-    width = min(2 * rank, p)
-    if method != "dense" and 4 * width + 16 <= p:
-        _, _, V_all = top_singular(C_all, width, method=method)
-        S_all = sym(C_all)
-        # Both ends of the symmetric spectrum: large negative eigenvalues are what slows
-        # a Krylov solver for the top algebraic ones, so seed them too.
-        Q_all = np.concatenate([full[1][:, rank:], top_eigen(-S_all, rank, method=method)[1]], axis=1)
-    else:
-        V_all, Q_all = full[1][:, :rank], full[1][:, rank:]
+    # Single-threaded BLAS throughout (parallelism comes from threads over splits): the
+    # solvers alternate numpy's and scipy's OpenBLAS, and two multithreaded pools taking
+    # turns spin against each other (measured 20x slower on a loaded 2-core machine).
+    with _single_threaded_blas():
+        C_all = X.T @ D / n
+        method = _choose_solver(C_all, rank, method)
+        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n))
+        starts = _krylov_starts(C_all, full, rank, method)
+        # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
+        # sub-blocks of the full-data ones, computed once here.
+        grams = (X @ X.T, D @ D.T) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
+        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams),
+                            split_list, n_jobs, p)
+    return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
 
-    L = len(split_list)
 
-    def one_split(pair: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
-        I1, I2 = pair
-        m1, m2 = I1.size, I2.size
-        C1 = X[I1].T @ D[I1] / m1
-        if m1 + m2 == n:  # complement: C2 from the full moment, half the work
-            C2 = (n * C_all - m1 * C1) / m2
-        else:
-            C2 = X[I2].T @ D[I2] / m2
-        f1 = residual_factors(C1, rank, method=method, start_right=V_all, start_eig=Q_all)
-        f2 = residual_factors(C2, rank, method=method, start_right=V_all, start_eig=Q_all)
-        a = _inner(f1, f2)
-        n1, n2 = _inner(f1, f1), _inner(f2, f2)
-        return a, max(n1 + n2 - 2.0 * a, 0.0)
-
-    workers = _resolve_jobs(n_jobs, L, p)
-    if workers == 1:
-        pairs = [one_split(pair) for pair in split_list]
-    else:
-        # Splits are independent: run them on `workers` threads with single-threaded BLAS
-        # (the many small products of the Krylov solver scale better this way than with
-        # multithreaded BLAS on each).  Results are gathered in split order: deterministic.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with _single_threaded_blas(), ThreadPoolExecutor(workers) as pool:
-            pairs = list(pool.map(one_split, split_list))
+def _summarise(
+    pairs: list[tuple[float, float]], raw_distance: float, *, n: int, rank: int,
+    selector_dim: int | None, seed: int | None,
+) -> CarsResult:
+    """Per-split (agreement, disagreement) -> the CARS score, its standard error and the result."""
+    L = len(pairs)
     agreement = np.array([a for a, _ in pairs], dtype=np.float64)
     disagreement = np.array([d for _, d in pairs], dtype=np.float64)
     terms = agreement - disagreement / 4.0
@@ -304,5 +388,5 @@ def cars_score(  # noqa: C901 - split into named steps (issue #8) in the speed b
         rank=rank,
         n_splits=L,
         selector_dim=selector_dim,
-        seed=int(seed_value) if seed_value is not None else None,
+        seed=seed,
     )

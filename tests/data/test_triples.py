@@ -12,7 +12,7 @@ from asymgeo.data import load_beir, load_embeddings, load_triples, mine_hard_neg
 def test_mine_hard_negatives_by_hand():
     Q = np.array([[1.0, 0.0], [0.0, 1.0]])
     C = np.array([[0.9, 0.0], [0.5, 0.5], [0.0, 0.8], [0.9, 0.0], [-1.0, 0.0]], dtype=np.float32)
-    rows, scores = mine_hard_negatives(Q, C, [{0}, {1, 2}], k=3)
+    scores, rows = mine_hard_negatives(Q, C, [{0}, {1, 2}], k=3)
     # query 0: c0 and c3 tie at 0.9 (c0 excluded), then c1 0.5, c2 0.0
     # query 1: c2 0.8 and c1 0.5 excluded; c0, c3, c4 tie at 0.0 -> lower index first
     assert rows.tolist() == [[3, 1, 2], [0, 3, 4]]
@@ -123,3 +123,142 @@ def test_scifact_triples_match_brute_force(shared_dir):
     test = load_triples(data, "all-MiniLM-L6-v2", "test", cache_dir=cache)
     assert (len(val), len(test)) == (162, 300)
     assert not set(val.query_ids) & set(tr.query_ids)
+
+
+# --------------------------------------------------------------------------- triple cache
+def _fields(tr):
+    return (tr.query_ids, tr.pos_ids, tr.neg_ids, tr.hard_negative_ids, tr.hard_negative_rows.tolist(),
+            tr.X.tolist(), tr.Y_pos.tolist(), tr.Y_neg.tolist(), tr.skipped)
+
+
+@pytest.fixture
+def count_searches(monkeypatch):
+    """Counts calls of the exact search behind mine_hard_negatives."""
+    import asymgeo.data.triples as triples
+
+    calls = []
+    real = triples.exact_search
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(triples, "exact_search", counting)
+    return calls
+
+
+def test_triple_cache_second_load_skips_search(hand, count_searches, monkeypatch):
+    root, cache = hand
+    first = load_triples(root, "enc", ["q0", "q1", "q2", "q3"], cache_dir=cache, k=2)
+    assert len(count_searches) == 1
+    files = list((cache / "hand" / "enc" / "triples").glob("*.npz"))
+    assert len(files) == 1  # beside the embeddings
+    import asymgeo.data.triples as triples
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("exact search ran although the triples were cached")
+
+    monkeypatch.setattr(triples, "exact_search", no_search)
+    second = load_triples(root, "enc", ["q0", "q1", "q2", "q3"], cache_dir=cache, k=2)
+    assert _fields(second) == _fields(first)
+    assert second.hard_negative_rows.dtype == np.int64
+
+
+def test_triple_cache_key_follows_settings_and_cache_identity(hand, count_searches):
+    root, cache = hand
+    folder = cache / "hand" / "enc" / "triples"
+    ids = ["q0", "q1", "q2"]
+    load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    variants = [
+        dict(k=1), dict(min_grade=2), dict(ignore_identical_ids=True), dict(split=["q0", "q1"]),
+    ]
+    for i, v in enumerate(variants):
+        split = v.pop("split", ids)
+        kw = dict(k=2) | v
+        tr = load_triples(root, "enc", split, cache_dir=cache, **kw)
+        fresh = load_triples(root, "enc", split, cache_dir=cache, triples_cache=False, **kw)
+        assert _fields(tr) == _fields(fresh)  # a different key, not a stale answer
+        assert len(list(folder.glob("*.npz"))) == 2 + i
+    n_before = len(count_searches)
+    # the same embeddings with another meta.json (e.g. re-encoded): a new key, mined again
+    meta = cache / "hand" / "enc" / "meta.json"
+    meta.write_text(meta.read_text().rstrip().rstrip("}") + ', "note": "re-encoded"}')
+    load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == n_before + 1
+    assert len(list(folder.glob("*.npz"))) == 2 + len(variants)
+    # qrels that change the excluded documents change the key too
+    (root / "qrels" / "train.tsv").write_text(
+        (root / "qrels" / "train.tsv").read_text() + "q0\td0\t1\n")
+    tr = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == n_before + 2
+    assert "d0" not in tr.hard_negative_ids[0]
+
+
+def test_triple_cache_falls_back_when_the_embedding_folder_is_read_only(hand, count_searches, tmp_path, monkeypatch):
+    root, cache = hand
+    user = tmp_path / "user-cache"
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(user))
+    enc = cache / "hand" / "enc"
+    enc.chmod(0o555)  # like the shared caches (root ignores it; the cache must not)
+    try:
+        first = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+        assert not (enc / "triples").exists()
+        assert len(list(user.glob("hand-enc-*.npz"))) == 1
+        second = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+        assert len(count_searches) == 1 and _fields(second) == _fields(first)
+        # neither folder writable: no caching, still the right answer
+        user.chmod(0o555)
+        for f in user.glob("*.npz"):
+            f.unlink()
+        third = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+        assert _fields(third) == _fields(first) and list(user.iterdir()) == []
+        assert len(count_searches) == 2
+    finally:
+        enc.chmod(0o755)
+        user.chmod(0o755)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other_key", "excluded_row"])
+def test_damaged_triple_cache_is_ignored_and_rebuilt(hand, count_searches, damage):
+    root, cache = hand
+    ids = ["q0", "q1", "q2"]
+    good = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"not a zip file")
+    elif damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        with np.load(path) as z:
+            rows, scores, meta = z["rows"].copy(), z["scores"], str(z["meta"][()])
+        if damage == "other_key":
+            meta = meta.replace('"key": "', '"key": "0')
+        else:
+            rows[0, 0] = 1  # d1 is q0's positive: never a negative
+        with open(path, "wb") as fh:
+            np.savez(fh, rows=rows, scores=scores, meta=np.array(meta))
+    again = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert _fields(again) == _fields(good)
+    assert len(count_searches) == 2  # mined again
+    assert path.read_bytes() != b"not a zip file"
+    load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == 2  # the rebuilt file is used
+
+
+def test_triples_cache_false_never_writes(hand, count_searches):
+    root, cache = hand
+    load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, triples_cache=False)
+    load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, triples_cache=False)
+    assert len(count_searches) == 2 and not (cache / "hand" / "enc" / "triples").exists()
+
+
+def test_mine_hard_negatives_returns_a_search_result():
+    from asymgeo.search import SearchResult
+
+    C = np.array([[1.0, 0.0], [0.5, 0.0], [0.2, 0.0]], dtype=np.float32)
+    res = mine_hard_negatives(np.array([[1.0, 0.0]]), C, [{0}], k=2)
+    assert isinstance(res, SearchResult)
+    scores, rows = res  # same order as exact_search
+    assert rows.tolist() == [[1, 2]] and res.indices is rows
+    np.testing.assert_allclose(scores, [[0.5, 0.2]], rtol=1e-6)

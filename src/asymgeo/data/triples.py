@@ -7,19 +7,34 @@ exact full-corpus inner-product search.  "Unlabelled" means absent from every qr
 of that query (any grade, any split); with ``ignore_identical_ids`` the document whose id
 equals the query id is excluded as well.  The ``k`` best unlabelled documents are the
 query's frozen hard negatives for adapter training (the first of them is ``Y_neg``).
+
+Mined negatives are cached (see :func:`load_triples`, ``triples_cache``): beside the
+embeddings in ``<cache>/triples/<key>.npz``, or, when that folder is read-only (no write
+permission bits, as the shared caches), in ``$ASYMGEO_TRIPLES_DIR`` (default
+``~/.cache/asymgeo/triples``).  The key hashes the embedding cache's identity (the bytes of
+its ``meta.json``, ``corpus_ids.txt`` and ``query_ids.txt``) and the mining settings (the
+queries, their excluded documents, ``k``, ``min_grade``, ``ignore_identical_ids``); a file
+is written atomically, and one that is unreadable or does not match is ignored and
+rebuilt.  Any failure to cache only costs the search again: results are the same.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import stat
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .._atomic import atomic_path
 from .._validation import check_int
-from ..search import exact_search
+from ..search import SearchResult, exact_search
 from .beir import BeirDataset, load_beir, warn_faults
 from .cache import EmbeddingCache, load_embeddings, verify_cache
 from .encoders import EncoderSpec
@@ -29,11 +44,10 @@ __all__ = ["Triples", "load_triples", "mine_hard_negatives", "ADAPTATION_SPLITS"
 
 ADAPTATION_SPLITS = ("train", "validation", "test")
 
+logger = logging.getLogger(__name__)
 
-def _exact_topk(Q: np.ndarray, C: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact full-corpus top-k by inner product (float32, ties to the lower row)."""
-    res = exact_search(np.asarray(Q, dtype=np.float32), C, k, progress=None)
-    return np.asarray(res.scores), np.asarray(res.indices)
+#: Version of the triple-cache file layout (part of the key).
+_TRIPLE_CACHE_FORMAT = 1
 
 
 def mine_hard_negatives(
@@ -41,7 +55,7 @@ def mine_hard_negatives(
     corpus: np.ndarray,
     exclude: Sequence[Collection[int]],
     k: int = 8,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> SearchResult:
     """The ``k`` highest-scoring corpus rows per query that are not in ``exclude[i]``.
 
     Parameters
@@ -54,8 +68,10 @@ def mine_hard_negatives(
 
     Returns
     -------
-    rows : (n, k) int64, best first; exact score ties go to the lower row.
-    scores : (n, k) float32 inner products.
+    SearchResult
+        ``scores`` (n, k) float32 inner products and ``indices`` (n, k) int64 corpus rows,
+        best first, exact score ties to the lower row; unpacks as
+        ``scores, rows = mine_hard_negatives(...)`` like :func:`asymgeo.exact_search`.
     """
     Q = np.asarray(queries)
     if Q.ndim != 2:
@@ -72,14 +88,160 @@ def mine_hard_negatives(
     rows = np.empty((n, k), dtype=np.int64)
     scores = np.empty((n, k), dtype=np.float32)
     if n == 0:
-        return rows, scores
-    S, I = _exact_topk(Q, corpus, k + max_ex)
+        return SearchResult(scores, rows, "numpy")
+    res = exact_search(np.asarray(Q, dtype=np.float32), corpus, k + max_ex, progress=None)
+    top_s, top_i = np.asarray(res.scores), np.asarray(res.indices)
     for i in range(n):
         ex = exclude[i]
-        keep = [j for j in range(I.shape[1]) if int(I[i, j]) not in ex][:k]
-        rows[i] = I[i, keep]
-        scores[i] = S[i, keep]
-    return rows, scores
+        keep = [j for j in range(top_i.shape[1]) if int(top_i[i, j]) not in ex][:k]
+        rows[i] = top_i[i, keep]
+        scores[i] = top_s[i, keep]
+    return SearchResult(scores, rows, res.backend)
+
+
+# --------------------------------------------------------------------------- triple cache
+_IDENTITY_FILES = ("meta.json", "corpus_ids.txt", "query_ids.txt")
+_ARRAY_FILES = ("corpus.npy", "queries.npy")
+
+
+def _user_triples_dir() -> Path:
+    """``$ASYMGEO_TRIPLES_DIR``, else ``~/.cache/asymgeo/triples``."""
+    env = os.environ.get("ASYMGEO_TRIPLES_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "asymgeo" / "triples"
+
+
+def _writable(folder: Path) -> bool:
+    """Whether to write into ``folder``: it exists, the OS allows it, and its permission
+    bits are not all read-only (respected even by root: shared caches are marked so)."""
+    try:
+        mode = folder.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(folder, os.W_OK)
+
+
+def triples_cache_key(
+    cache: EmbeddingCache,
+    query_ids: Sequence[str],
+    excludes: Sequence[Collection[int]],
+    k: int,
+    min_grade: int,
+    ignore_identical_ids: bool,
+) -> str | None:
+    """Key of mined hard negatives: the cache's identity plus the mining settings.
+
+    SHA-256 over the bytes of ``meta.json``, ``corpus_ids.txt`` and ``query_ids.txt`` of
+    the embedding cache (and the size and modification time of its arrays), the query ids,
+    the documents excluded per query (from the qrels), ``k``, ``min_grade`` and
+    ``ignore_identical_ids``.  None when the cache has no such files (nothing to key on).
+    """
+    ident: dict[str, Any] = {}
+    try:
+        for name in _IDENTITY_FILES:
+            ident[name] = hashlib.sha256((cache.path / name).read_bytes()).hexdigest()
+        for name in _ARRAY_FILES:
+            st_ = (cache.path / name).stat()
+            ident[name] = [st_.st_size, st_.st_mtime_ns]
+    except OSError:
+        return None
+    settings = {
+        "format": _TRIPLE_CACHE_FORMAT,
+        "k": int(k),
+        "min_grade": int(min_grade),
+        "ignore_identical_ids": bool(ignore_identical_ids),
+        "query_ids": list(query_ids),
+        "exclude": [sorted(int(r) for r in e) for e in excludes],
+        "corpus_shape": list(cache.corpus.shape),
+    }
+    blob = json.dumps({"cache": ident, "settings": settings}, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _read_negatives(
+    path: Path, key: str, excludes: Sequence[Collection[int]], k: int, n_docs: int
+) -> SearchResult | None:
+    """The cached negatives in ``path`` if the file is intact and matches ``key``, else None."""
+    import zipfile
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"][()]))
+            rows = np.asarray(z["rows"])
+            scores = np.asarray(z["scores"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        logger.warning("%s: unreadable triple cache, rebuilding it (%s)", path, exc)
+        return None
+    n = len(excludes)
+    ok = (
+        isinstance(meta, dict) and meta.get("key") == key
+        and rows.shape == (n, k) and scores.shape == (n, k)
+        and rows.dtype == np.int64 and scores.dtype == np.float32
+        and bool(np.isfinite(scores).all())
+        and (n == 0 or (int(rows.min()) >= 0 and int(rows.max()) < n_docs))
+        and not any(int(r) in ex for row, ex in zip(rows, excludes, strict=True) for r in row)
+        and bool(np.all(scores[:, :-1] >= scores[:, 1:]))
+    )
+    if not ok:
+        logger.warning("%s: triple cache does not match its key or is damaged; rebuilding it", path)
+        return None
+    return SearchResult(scores, rows, str(meta.get("backend", "numpy")))
+
+
+def _write_negatives(folders: Sequence[Path], name: str, key: str, res: SearchResult) -> Path | None:
+    """Write atomically into the first folder that takes it; None if none does."""
+    meta = json.dumps({"key": key, "backend": res.backend, "format": _TRIPLE_CACHE_FORMAT})
+    for folder in folders:
+        try:
+            if not folder.exists():
+                ancestor = folder.parent
+                while not ancestor.exists() and ancestor != ancestor.parent:
+                    ancestor = ancestor.parent
+                if not _writable(ancestor):  # never create folders inside a read-only one
+                    continue
+                folder.mkdir(parents=True, exist_ok=True)
+            if not _writable(folder):
+                continue
+            with atomic_path(folder / name) as tmp, open(tmp, "wb") as fh:
+                np.savez(fh, rows=res.indices, scores=res.scores, meta=np.array(meta))
+            return folder / name
+        except OSError as exc:
+            logger.debug("%s: cannot write the triple cache there (%s)", folder, exc)
+    return None
+
+
+def _cached_hard_negatives(
+    cache: EmbeddingCache,
+    X: np.ndarray,
+    query_ids: Sequence[str],
+    excludes: Sequence[Collection[int]],
+    k: int,
+    min_grade: int,
+    ignore_identical_ids: bool,
+    triples_cache: bool | str | os.PathLike,
+) -> SearchResult:
+    """:func:`mine_hard_negatives`, read from / written to the triple cache when possible."""
+    if triples_cache is False:
+        return mine_hard_negatives(X, cache.corpus, excludes, k)
+    key = triples_cache_key(cache, query_ids, excludes, k, min_grade, ignore_identical_ids)
+    if key is None:
+        return mine_hard_negatives(X, cache.corpus, excludes, k)
+    if triples_cache is True:
+        folders = [cache.path / "triples", _user_triples_dir()]
+    else:
+        folders = [Path(triples_cache)]
+    name = f"{cache.path.parent.name}-{cache.path.name}-{key[:32]}.npz"
+    for folder in folders:
+        hit = _read_negatives(folder / name, key, excludes, k, int(cache.corpus.shape[0]))
+        if hit is not None:
+            logger.info("%s: hard negatives from the triple cache", folder / name)
+            return hit
+    res = mine_hard_negatives(X, cache.corpus, excludes, k)
+    written = _write_negatives(folders, name, key, res)
+    if written is not None:
+        logger.info("%s: hard negatives cached", written)
+    return res
 
 
 @dataclass
@@ -178,6 +340,7 @@ def load_triples(
     min_grade: int = 1,
     ignore_identical_ids: bool | None = None,
     cache: EmbeddingCache | None = None,
+    triples_cache: bool | str | os.PathLike = True,
 ) -> Triples:
     """Relevance triples of one split from the frozen embedding cache.
 
@@ -193,6 +356,9 @@ def load_triples(
     ignore_identical_ids : exclude the document whose id equals the query id from the
         negatives (default: the dataset's own setting).
     cache : an already opened :class:`~asymgeo.data.EmbeddingCache` (skips the lookup).
+    triples_cache : where mined hard negatives are cached (module docstring): True (default)
+        beside the embeddings, or in ``$ASYMGEO_TRIPLES_DIR`` (``~/.cache/asymgeo/triples``)
+        when that folder is read-only; a folder; or False (always mine by exact search).
 
     Returns
     -------
@@ -246,7 +412,8 @@ def load_triples(
     q_rows = emb.query_rows(kept)
     p_rows = emb.corpus_rows(pos_ids)
     X = np.asarray(emb.queries[q_rows], dtype=np.float32)
-    hard_rows, _scores = mine_hard_negatives(X, emb.corpus, excludes, k)
+    hard = _cached_hard_negatives(emb, X, kept, excludes, k, min_grade, ident, triples_cache)
+    hard_rows = hard.indices
     n_rows = hard_rows[:, 0].copy()
     cids = emb.corpus_ids
     return Triples(

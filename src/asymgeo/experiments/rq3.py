@@ -298,7 +298,8 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     theta = float(np.deg2rad(angle_deg))
     idx = np.random.default_rng(subset_seed).permutation(n_pool)[:n_used]
     X = rotate_queries(base.X[idx], base.U, base.W, theta).astype(np.float32)
-    hard, _ = mine_hard_negatives(X, base.corpus, [base.labelled[i] for i in idx], base.hard_negative_rows.shape[1])
+    k_hard = base.hard_negative_rows.shape[1]
+    hard = mine_hard_negatives(X, base.corpus, [base.labelled[i] for i in idx], k_hard).indices
     pos = base.pos_rows[idx]
     Q_val = rotate_queries(base.validation.Q, base.U, base.W, theta).astype(np.float32)
     Q_test = rotate_queries(base.test.Q, base.U, base.W, theta).astype(np.float32)
