@@ -1,0 +1,226 @@
+"""RQ4: held-out operator-risk trajectories on frozen real embeddings (Figures 7-9, Appendix F.1).
+
+One cell = (dataset, encoder, centring, seed_index, rank).  Seed ``s`` is held-out fold ``s``
+of the Table 1 protocol: the fold's queries define :math:`M_{\\rm test}`, the other folds,
+permuted with seed ``20260924 + s``, give nested training sizes 32, 64, ..., 4096 (plus the
+whole training pool when it has at most 4096 queries).  At every size the rank-r SVD
+truncation (dual) and positive eigen-truncation (shared) of the training moment are scored by
+
+.. math:: L_g = \\|\\widehat M_g - M_{\\rm test}\\|_F^2 / \\|M_{\\rm test}\\|_F^2,
+
+and the trajectory's least-squares slope of :math:`L_s - L_d` against :math:`\\log_2 n` is
+recorded (the paper: all 168 comparable slopes positive).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..operator_risk import log2_slope, mean_term, prefix_moments, truncation_losses
+from .real_pool import fold_arrays, fold_design, pool_triples
+
+__all__ = ["cell", "summarise", "slopes", "claims", "mean_terms", "plot", "plot_means", "PAPER_SLOPES", "ALL_RANKS"]
+
+#: The paper's count: positive slopes / comparable trajectories (Section 5.4).
+PAPER_SLOPES = (168, 168)
+
+
+def _pool(config: dict[str, Any]):
+    return pool_triples(str(config["dataset"]), str(config["encoder"]), config.get("data_dir") or None,
+                        config.get("cache_dir") or None, str(config.get("pool", "train")))
+
+
+#: Ranks computed together (one eigendecomposition and one SVD per size serve all of them).
+ALL_RANKS = (4, 8, 16, 32, 64, 128, 256)
+
+
+@functools.lru_cache(maxsize=2)
+def _trajectories(dataset: str, encoder: str, data_dir: str | None, cache_dir: str | None, pool_name: str,
+                  centring: str, seed_index: int, folds: int) -> dict[str, Any]:
+    """Held-out losses of every rank in :data:`ALL_RANKS` (<= p) at every nested size of
+    one (dataset, encoder, centring, fold); cached so the cells of one trajectory family
+    (the rank axis) share the decompositions."""
+    pool = pool_triples(dataset, encoder, data_dir, cache_dir, pool_name)
+    design = fold_design(pool.ids, seed_index, folds)
+    X, D = fold_arrays(pool, design, centring)
+    tr, te = design.train_order, design.test_rows
+    M_test = X[te].T @ D[te] / te.size
+    moments = prefix_moments(X[tr], D[tr], design.sizes)
+    ranks = [r for r in ALL_RANKS if r <= pool.p]
+    losses = {m: truncation_losses(moments[m], M_test, ranks) for m in design.sizes}
+    mt = mean_term(pool.X[tr], pool.D[tr])
+    return {"pool": pool, "design": design, "ranks": ranks, "losses": losses, "mean_term": mt}
+
+
+def cell(config: dict[str, Any]) -> dict[str, Any]:
+    """One RQ4 trajectory.  Config keys: ``dataset, encoder, centring, seed_index, rank,
+    data_dir, cache_dir, pool, folds, master_seed`` (no randomness beyond the fold seeds)."""
+    rank = int(config["rank"])
+    t = _trajectories(str(config["dataset"]), str(config["encoder"]), config.get("data_dir") or None,
+                      config.get("cache_dir") or None, str(config.get("pool", "train")), str(config["centring"]),
+                      int(config["seed_index"]), int(config.get("folds", 5)))
+    pool, design = t["pool"], t["design"]
+    if rank in t["ranks"]:
+        j = t["ranks"].index(rank)
+    else:  # a rank outside ALL_RANKS: compute it on its own
+        j = None
+    sizes, ls, ld = [], [], []
+    if rank <= pool.p:
+        X, D = fold_arrays(pool, design, str(config["centring"]))
+        te = design.test_rows
+        for m in design.sizes:
+            if j is None:
+                M_test = X[te].T @ D[te] / te.size
+                C = prefix_moments(X[design.train_order], D[design.train_order], [m])[m]
+                loss = truncation_losses(C, M_test, [rank])
+                a, b = loss.shared[0], loss.dual[0]
+            else:
+                a, b = t["losses"][m].shared[j], t["losses"][m].dual[j]
+            sizes.append(int(m))
+            ls.append(float(a))
+            ld.append(float(b))
+    adv = [a - b for a, b in zip(ls, ld)]
+    mt = t["mean_term"]
+    return {
+        "sizes": sizes,
+        "loss_shared": ls,
+        "loss_dual": ld,
+        "advantage": adv,
+        "slope": log2_slope(sizes, adv) if len(set(sizes)) >= 2 else float("nan"),
+        "n_pool": pool.n,
+        "n_train": int(design.train_order.size),
+        "n_test": int(design.test_rows.size),
+        "p": pool.p,
+        "fold_seed": 20260924 + int(config["seed_index"]),
+        "mean_share": float(mt.share),
+        "mean_centred_share": float(mt.centred_share),
+        "mean_cosine": float(mt.cosine),
+    }
+
+
+def _ordered(df):
+    return df.sort_values(["centring", "dataset", "encoder", "rank", "seed_index"]).reset_index(drop=True)
+
+
+def slopes(df):
+    """One row per trajectory: ``centring, dataset, encoder, rank, seed_index, slope``, the first
+    and last advantage, whether it crosses from shared- to dual-favoured (first < 0 < last)."""
+    import pandas as pd
+
+    rows = []
+    for r in _ordered(df).itertuples():
+        adv = np.asarray(r.advantage, dtype=float)
+        rows.append({"centring": r.centring, "dataset": r.dataset, "encoder": r.encoder, "rank": int(r.rank),
+                     "seed_index": int(r.seed_index), "points": int(adv.size), "slope": float(r.slope),
+                     "first": float(adv[0]) if adv.size else float("nan"),
+                     "last": float(adv[-1]) if adv.size else float("nan"),
+                     "crosses": bool(adv.size >= 2 and adv[0] < 0 < adv[-1])})
+    return pd.DataFrame(rows)
+
+
+def summarise(df):
+    """Per (centring, dataset, encoder): trajectories, positive slopes, crossings, median slope."""
+    import pandas as pd
+
+    s = slopes(df)
+    comparable = s[s["points"] >= 2]
+    rows = []
+    for (c, d, e), g in comparable.groupby(["centring", "dataset", "encoder"], sort=True):
+        rows.append({"centring": c, "dataset": d, "encoder": e, "trajectories": len(g),
+                     "positive_slopes": int((g["slope"] > 0).sum()), "crossings": int(g["crosses"].sum()),
+                     "median_slope": float(g["slope"].median()),
+                     "dual_favoured_at_largest_n": int((g["last"] > 0).sum())})
+    return pd.DataFrame(rows)
+
+
+def mean_terms(df):
+    """Per (dataset, encoder): mean over the raw cells of the rank-1 mean term's share of the
+    training moment (:func:`asymgeo.operator_risk.mean_term`), its centred share and cosine."""
+    raw = df[df["centring"] == "raw"] if "centring" in df else df
+    return (raw.groupby(["dataset", "encoder"], sort=True)[["mean_share", "mean_centred_share", "mean_cosine", "p"]]
+            .mean().reset_index())
+
+
+def claims(df, centring: str = "raw") -> dict[str, Any]:
+    """The RQ4 claim on one centring: every comparable slope positive (paper: 168 of 168).
+
+    Returns counts: ``trajectories`` (with >= 2 sizes), ``positive``, ``all_positive``,
+    ``crossings`` (shared- to dual-favoured), ``dual_at_largest_n``.
+    """
+    s = slopes(df)
+    s = s[(s["centring"] == centring) & (s["points"] >= 2)]
+    n_pos = int((s["slope"] > 0).sum())
+    return {"centring": centring, "trajectories": int(len(s)), "positive": n_pos,
+            "all_positive": bool(len(s) > 0 and n_pos == len(s)), "crossings": int(s["crosses"].sum()),
+            "dual_at_largest_n": int((s["last"] > 0).sum())}
+
+
+def plot(df, path, *, centring: str = "raw") -> None:
+    """Figures 8-9 analogue: every trajectory ``L_s - L_d`` against n (log2), one panel per
+    dataset x encoder; colour = rank, line style = seed (fold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sub = _ordered(df[df["centring"] == centring])
+    keys = sorted({(r.dataset, r.encoder) for r in sub.itertuples()})
+    ranks = sorted(sub["rank"].unique())
+    cmap = plt.get_cmap("viridis", max(len(ranks), 2))
+    styles = ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4.0 * max(len(keys), 1), 3.6), squeeze=False)
+    for ax, (d, e) in zip(axes[0], keys):
+        g = sub[(sub["dataset"] == d) & (sub["encoder"] == e)]
+        for r in g.itertuples():
+            ax.plot(r.sizes, r.advantage, styles[int(r.seed_index) % 4], color=cmap(ranks.index(r.rank)), lw=1,
+                    label=f"r={r.rank}" if int(r.seed_index) == 0 else None)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_title(f"{d} / {e}", fontsize=8)
+        ax.set_xlabel("training queries n")
+    axes[0][0].set_ylabel("held-out $L_s - L_d$ (>0 favours dual)")
+    axes[0][0].legend(fontsize=6, ncol=2)
+    fig.suptitle(f"RQ4 ({centring} embeddings): held-out operator-risk trajectories; colour rank, style seed")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_means(df, path) -> None:
+    """Figure 7 analogue: per dataset, encoder means of ``L_s - L_d`` over ranks and seeds,
+    raw (solid) and centred (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    datasets = sorted(df["dataset"].unique())
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.5 * len(datasets), 3.6), squeeze=False)
+    for ax, d in zip(axes[0], datasets):
+        for j, (e, g) in enumerate(df[df["dataset"] == d].groupby("encoder", sort=True)):
+            for c, style in (("raw", "-"), ("centred", "--")):
+                h = g[g["centring"] == c]
+                if h.empty:
+                    continue
+                pts: dict[int, list[float]] = {}
+                for r in h.itertuples():
+                    for n, a in zip(r.sizes, r.advantage):
+                        pts.setdefault(int(n), []).append(float(a))
+                ns = sorted(n for n in pts if len(pts[n]) == max(len(v) for v in pts.values()))
+                ax.plot(ns, [np.mean(pts[n]) for n in ns], style, marker="o", ms=3, color=f"C{j}",
+                        label=f"{e} ({c})")
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("symlog", linthresh=1e-3)
+        ax.set_title(d)
+        ax.set_xlabel("training queries n")
+    axes[0][0].set_ylabel("mean held-out $L_s - L_d$")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle("RQ4 (Figure 7 analogue): encoder means over ranks and seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
