@@ -346,8 +346,11 @@ def validate_selection(
     n_jobs : CARS threads (see :func:`asymgeo.cars_score`).
     """
     X = as_float_matrix(X, "X")
-    D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
-    check_same_shape({"X": X, "Y_pos - Y_neg": D})
+    Yp = as_float_matrix(Y_pos, "Y_pos")
+    Yn = as_float_matrix(Y_neg, "Y_neg")
+    check_same_shape({"X": X, "Y_pos": Yp, "Y_neg": Yn})
+    D = Yp - Yn
+    del Yp, Yn
     n, p = X.shape
     rank = check_rank(rank, p if selector_dim is None else min(p, int(selector_dim)))
     check_seed(seed)
@@ -377,7 +380,8 @@ def validate_selection(
         test = [row_of[q] for q in held]
         Xf, Df = X, D
         if centred:
-            Xf, Df = centre(X, D, X[order].mean(axis=0), D[order].mean(axis=0))
+            rows = [row_of[q] for q in pool]  # the whole training pool, never held-out rows
+            Xf, Df = centre(X, D, X[rows].mean(axis=0), D[rows].mean(axis=0))
         fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
         cells += fold_cells(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,

@@ -63,12 +63,14 @@ def pool_triples(dataset: str, encoder: str, data_dir: str | None, cache_dir: st
 
 @dataclass(frozen=True)
 class FoldDesign:
-    """One held-out fold: training rows in nested order, held-out rows, nested sizes."""
+    """One held-out fold: training rows in nested order (the largest nested sample), all
+    training-pool rows, held-out rows, nested sizes."""
 
     fold: int
     train_order: np.ndarray
     test_rows: np.ndarray
     sizes: tuple[int, ...]
+    pool_rows: np.ndarray
 
 
 def fold_design(ids: tuple[str, ...] | list[str], fold: int, folds: int = 5,
@@ -80,7 +82,8 @@ def fold_design(ids: tuple[str, ...] | list[str], fold: int, folds: int = 5,
     order = np.asarray([row_of[q] for q in nested[max(nested)]], dtype=np.int64)
     return FoldDesign(fold=int(fold), train_order=order,
                       test_rows=np.asarray([row_of[q] for q in held], dtype=np.int64),
-                      sizes=tuple(sorted(nested)))
+                      sizes=tuple(sorted(nested)),
+                      pool_rows=np.asarray([row_of[q] for q in pool], dtype=np.int64))
 
 
 def fold_arrays(pool: Pool, design: FoldDesign, centring: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,5 +92,5 @@ def fold_arrays(pool: Pool, design: FoldDesign, centring: str) -> tuple[np.ndarr
         raise ValueError(f"centring: expected one of {CENTRINGS}, got {centring!r}")
     if centring == "raw":
         return pool.X, pool.D
-    tr = design.train_order
+    tr = design.pool_rows
     return centre(pool.X, pool.D, pool.X[tr].mean(axis=0), pool.D[tr].mean(axis=0))
