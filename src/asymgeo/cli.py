@@ -151,6 +151,8 @@ def _run_select(args) -> int:
     from .geometry import approximation_gap, relevance_moment
     from .selection import cars_score
 
+    if args.validate and args.folds < 2:
+        raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
     res = cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed, selector_dim=args.selector_dim)
     gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
