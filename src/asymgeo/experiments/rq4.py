@@ -224,3 +224,130 @@ def plot_means(df, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def frozen_ndcg(df) -> list[dict[str, Any]]:
+    """Frozen-encoder test NDCG@10, binary (the paper's) and graded (MTEB's), per dataset x
+    encoder of the results table (exact full-corpus search on the cache)."""
+    from ..evaluation import evaluate_frozen
+
+    out = []
+    keys = df[["dataset", "encoder", "data_dir", "cache_dir"]].drop_duplicates().itertuples(index=False)
+    for d, e, data_dir, cache_dir in sorted(keys):
+        try:
+            r = evaluate_frozen(d, e, metrics=["ndcg@10", "ndcg_graded@10"], data_dir=data_dir or None,
+                                cache_dir=cache_dir or None)
+        except (FileNotFoundError, ValueError) as exc:
+            out.append({"dataset": d, "encoder": e, "error": str(exc).splitlines()[0]})
+            continue
+        out.append({"dataset": d, "encoder": e, "queries": len(r.query_ids) - int(r.n_no_relevant),
+                    "ndcg@10": float(r.mean["ndcg@10"]), "ndcg_graded@10": float(r.mean["ndcg_graded@10"])})
+    return out
+
+
+def export(df, out_dir) -> list:
+    """Write the small results tables ``rq4_trajectories.csv`` (long: one row per trajectory
+    and size) and ``rq4_slopes.csv`` under ``out_dir``; returns the paths."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from .._atomic import atomic_write_text
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for r in _ordered(df).itertuples():
+        for n, a, b in zip(r.sizes, r.loss_shared, r.loss_dual):
+            rows.append({"centring": r.centring, "dataset": r.dataset, "encoder": r.encoder, "rank": int(r.rank),
+                         "seed_index": int(r.seed_index), "n": int(n), "loss_shared": a, "loss_dual": b,
+                         "advantage": a - b})
+    paths = [out / "rq4_trajectories.csv", out / "rq4_slopes.csv"]
+    atomic_write_text(paths[0], pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))
+    atomic_write_text(paths[1], slopes(df).to_csv(index=False, float_format="%.6g"))
+    return paths
+
+
+def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
+    """Markdown for RQ4 (and the dataset/encoder preamble: frozen NDCG@10, mean-term shares),
+    writing ``fig_path`` (raw trajectories) and its ``_centred`` and ``_means`` siblings, and the
+    results tables under ``<docs>/results``.  Returns ``(markdown, claim rows)``."""
+    from pathlib import Path
+
+    from ._markdown import md_table, verdict
+
+    fig_path = Path(fig_path)
+    cen_path = fig_path.with_name(fig_path.stem + "_centred.png")
+    mean_path = fig_path.with_name(fig_path.stem + "_means.png")
+    plot(df, fig_path, centring="raw")
+    if (df["centring"] == "centred").any():
+        plot(df, cen_path, centring="centred")
+    plot_means(df, mean_path)
+    export(df, fig_path.parent.parent / "results")
+    rel = fig_rel.rsplit("/", 1)[0]
+    base = fig_rel.rsplit("/", 1)[1].removesuffix(".png")
+    summary = summarise(df)
+    rows = [[r.centring, r.dataset, r.encoder, r.trajectories, r.positive_slopes, f"{r.median_slope:.3g}",
+             r.crossings, r.dual_favoured_at_largest_n] for r in summary.itertuples()]
+    tab = md_table(["embeddings", "dataset", "encoder", "trajectories", "positive slopes", "median slope / log2 n",
+                    "shared→dual crossings", "dual-favoured at largest n"], rows)
+    mt = mean_terms(df)
+    nd = {(r["dataset"], r["encoder"]): r for r in frozen_ndcg(df)}
+    pre_rows = []
+    for r in mt.itertuples():
+        e = nd.get((r.dataset, r.encoder), {})
+        pre_rows.append([r.dataset, r.encoder, int(r.p), f"{e.get('ndcg@10', float('nan')):.4f}",
+                         f"{e.get('ndcg_graded@10', float('nan')):.4f}", f"{100 * r.mean_share:.1f}%",
+                         f"{100 * r.mean_centred_share:.1f}%", f"{r.mean_cosine:.3f}"])
+    pre = md_table(["dataset", "encoder", "p", "frozen NDCG@10 (binary, paper)", "frozen NDCG@10 (graded, MTEB)",
+                    "mean-term share", "centred share", "cos(C, mean term)"], pre_rows)
+    claim_rows: list[list[str]] = []
+    for c in ("raw", "centred"):
+        if not (df["centring"] == c).any():
+            continue
+        cl = claims(df, c)
+        claim_rows.append([f"RQ4 ({c} embeddings): every held-out L_s − L_d slope against log2 n is positive",
+                           f"{PAPER_SLOPES[0]}/{PAPER_SLOPES[1]} (FEVER, NQ, ArguAna, SciFact; 4 encoders)",
+                           f"{cl['positive']}/{cl['trajectories']} (SciFact, NFCorpus; "
+                           f"{df['encoder'].nunique()} encoders)", verdict(cl["all_positive"])])
+    raw_c = claims(df, "raw") if (df["centring"] == "raw").any() else None
+    if raw_c is not None:
+        claim_rows.append(["RQ4: curves cross from Shared- to Dual-favoured held-out fit",
+                           "3 of 4 NQ encoder means cross", f"{raw_c['crossings']}/{raw_c['trajectories']} "
+                           "trajectories cross (raw)", verdict(raw_c["crossings"] > 0)])
+    seeds = [int(s) for s in sorted(df["seed_index"].unique())]
+    text = f"""## RQ4: held-out operator-risk trajectories (Figures 7-9)
+
+Pool: each dataset's labelled official training queries (SciFact {int(df[df.dataset == 'scifact'].n_pool.max())
+if (df.dataset == 'scifact').any() else '–'}, NFCorpus {int(df[df.dataset == 'nfcorpus'].n_pool.max())
+if (df.dataset == 'nfcorpus').any() else '–'}), triples as `asymgeo.data.load_triples` builds them. Seed s in
+{seeds} = held-out fold s of the Table 1 folds (ids sorted, permuted with seed 20260923, five folds); the
+other four folds, permuted with seed 20260924 + s, give nested training sizes 32, 64, ..., 4096 plus the whole
+training pool when it has at most 4,096 queries. `L_g = ||M̂_g − M_test||²_F / ||M_test||²_F`; positive
+`L_s − L_d` favours Dual. Slope = least-squares slope of `L_s − L_d` against log2 n. *Centred*: queries and
+`Y+ − Y−` centred with the fold's training-pool means (held-out rows shifted by the same training means), so
+both geometries fit only the directional part; the rank-1 mean term `x̄ d̄ᵀ` is left out of both (a deployed
+adapter would add it back as a fixed bias, identical for either geometry).
+
+### Datasets and encoders
+
+Frozen test NDCG@10 (exact search over the full corpus; NFCorpus has graded qrels: the paper's metric is
+binary, MTEB's is graded, about 0.316 for MiniLM) and the rank-1 mean term's share of the training relevance
+moment `C = (1/n) Σ X_i (Y+_i − Y−_i)ᵀ = C_c + x̄ d̄ᵀ` (`||x̄ d̄ᵀ||² / ||C||²`; the parts are not orthogonal,
+so the shares need not sum to 1), averaged over the folds' training pools:
+
+{pre}
+
+### Slopes
+
+![RQ4 trajectories, raw]({fig_rel})
+
+![RQ4 trajectories, centred]({rel}/{base}_centred.png)
+
+![RQ4 encoder means]({rel}/{base}_means.png)
+
+{tab}
+
+Tables: `docs/results/rq4_trajectories.csv` (every trajectory point), `docs/results/rq4_slopes.csv`.
+"""
+    return text, claim_rows
