@@ -245,9 +245,9 @@ def frozen_ndcg(df) -> list[dict[str, Any]]:
     return out
 
 
-def export(df, out_dir) -> list:
-    """Write the small results tables ``rq4_trajectories.csv`` (long: one row per trajectory
-    and size) and ``rq4_slopes.csv`` under ``out_dir``; returns the paths."""
+def export(df, out_dir, suffix: str = "") -> list:
+    """Write the small results tables ``rq4_trajectories{suffix}.csv`` (long: one row per
+    trajectory and size) and ``rq4_slopes{suffix}.csv`` under ``out_dir``; returns the paths."""
     from pathlib import Path
 
     import pandas as pd
@@ -262,7 +262,7 @@ def export(df, out_dir) -> list:
             rows.append({"centring": r.centring, "dataset": r.dataset, "encoder": r.encoder, "rank": int(r.rank),
                          "seed_index": int(r.seed_index), "n": int(n), "loss_shared": a, "loss_dual": b,
                          "advantage": a - b})
-    paths = [out / "rq4_trajectories.csv", out / "rq4_slopes.csv"]
+    paths = [out / f"rq4_trajectories{suffix}.csv", out / f"rq4_slopes{suffix}.csv"]
     atomic_write_text(paths[0], pd.DataFrame(rows).to_csv(index=False, float_format="%.6g"))
     atomic_write_text(paths[1], slopes(df).to_csv(index=False, float_format="%.6g"))
     return paths
@@ -283,7 +283,8 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
     if (df["centring"] == "centred").any():
         plot(df, cen_path, centring="centred")
     plot_means(df, mean_path)
-    export(df, fig_path.parent.parent / "results")
+    suffix = "-quick" if fig_path.stem.endswith("-quick") else ""
+    export(df, fig_path.parent.parent / "results", suffix)
     rel = fig_rel.rsplit("/", 1)[0]
     base = fig_rel.rsplit("/", 1)[1].removesuffix(".png")
     summary = summarise(df)
@@ -348,6 +349,6 @@ so the shares need not sum to 1), averaged over the folds' training pools:
 
 {tab}
 
-Tables: `docs/results/rq4_trajectories.csv` (every trajectory point), `docs/results/rq4_slopes.csv`.
+Tables: `docs/results/rq4_trajectories{suffix}.csv` (every trajectory point), `docs/results/rq4_slopes{suffix}.csv`.
 """
     return text, claim_rows
