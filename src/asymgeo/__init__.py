@@ -24,6 +24,8 @@ from .geometry import (
 from .compare import PairedComparison, paired_comparison
 from .estimators import DualProjection, GeometrySelector, SharedProjection
 from .selection import CarsResult, cars_score, half_splits, selector_projection
+from .operator_risk import heldout_loss, mean_term, prefix_moments, truncation_losses
+from .fold_validation import SelectionValidation, validate_selection
 from .search import AdapterIndex, SearchResult, exact_search, transform_index
 from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
 from .simulation import TwoViewModel, candidate_ndcg, two_view_model
@@ -89,6 +91,13 @@ __all__ = [
     "CarsResult",
     "half_splits",
     "selector_projection",
+    # held-out operator risk (RQ4) and five-fold validation of the decision (Table 1)
+    "heldout_loss",
+    "truncation_losses",
+    "prefix_moments",
+    "mean_term",
+    "validate_selection",
+    "SelectionValidation",
     # retrieval: exact search and metrics
     "exact_search",
     "SearchResult",
