@@ -36,13 +36,13 @@ def _brute_force(X, Y_pos, Y_neg, rank, folds, sizes, n_splits, seed, centred=Fa
             Xf, Df = X - X[rows].mean(0), D - D[rows].mean(0)
         T = sum(np.outer(Xf[int(q)], Df[int(q)]) for q in held) / len(held)
         for m in sorted(nested):
-            I = [int(q) for q in nested[m]]
-            C = sum(np.outer(Xf[i], Df[i]) for i in I) / m
+            idx = [int(q) for q in nested[m]]
+            C = sum(np.outer(Xf[i], Df[i]) for i in idx) / m
             ls = heldout_loss(shared_truncate(C, rank, method="dense"), T)
             ld = heldout_loss(dual_truncate(C, rank, method="dense"), T)
             ss = np.random.SeedSequence(seed, spawn_key=(f, m))
             split_seed = int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-            cars = cars_score(Xf[I], Df[I], np.zeros_like(Df[I]), rank, n_splits=n_splits, seed=split_seed,
+            cars = cars_score(Xf[idx], Df[idx], np.zeros_like(Df[idx]), rank, n_splits=n_splits, seed=split_seed,
                               method="dense")
             cells.append((f, m, ls, ld, cars.choice, cars.score))
     return cells
@@ -55,7 +55,7 @@ def test_validate_selection_matches_brute_force(centred):
                                 sure=False)
     ref = _brute_force(X, Yp, Yn, 3, 3, (16, 32, 64), 4, 7, centred)
     assert len(res.cells) == len(ref) == 3 * 3          # the pool of 100 exceeds max(sizes): not added
-    for c, (f, m, ls, ld, choice, score) in zip(res.cells, ref):
+    for c, (f, m, ls, ld, choice, score) in zip(res.cells, ref, strict=True):
         assert (c["fold"], c["size"]) == (f, m)
         assert c["loss_shared"] == pytest.approx(ls, rel=1e-9)
         assert c["loss_dual"] == pytest.approx(ld, rel=1e-9)
@@ -66,11 +66,11 @@ def test_validate_selection_matches_brute_force(centred):
     for f in range(3):
         rows = [r for r in ref if r[0] == f]
         win = ["dual" if r[3] < r[2] else "shared" for r in rows]
-        acc.append(np.mean([r[4] == w for r, w in zip(rows, win)]))
+        acc.append(np.mean([r[4] == w for r, w in zip(rows, win, strict=True)]))
         best = [min(r[2], r[3]) for r in rows]
-        reg["shared"].append(np.mean([r[2] - b for r, b in zip(rows, best)]))
-        reg["dual"].append(np.mean([r[3] - b for r, b in zip(rows, best)]))
-        reg["cars"].append(np.mean([(r[3] if r[4] == "dual" else r[2]) - b for r, b in zip(rows, best)]))
+        reg["shared"].append(np.mean([r[2] - b for r, b in zip(rows, best, strict=True)]))
+        reg["dual"].append(np.mean([r[3] - b for r, b in zip(rows, best, strict=True)]))
+        reg["cars"].append(np.mean([(r[3] if r[4] == "dual" else r[2]) - b for r, b in zip(rows, best, strict=True)]))
     assert res.cars_accuracy == pytest.approx(np.mean(acc))
     for g in reg:
         assert res.regret[g] == pytest.approx(np.mean(reg[g]))
@@ -96,7 +96,7 @@ def test_row_space_fast_path_runs_and_is_exact(monkeypatch):
     dims.clear()
     slow = fv.fold_cells(X, D, order, test, [8, 16, 60], [2, 5], n_splits=3, seed=1, sure=False, reduce=False)
     assert dims == [40] * 6
-    for a, b in zip(fast, slow):
+    for a, b in zip(fast, slow, strict=True):
         assert a["cars_score"] == pytest.approx(b["cars_score"], rel=1e-8, abs=1e-14)
         assert a["raw_distance"] == pytest.approx(b["raw_distance"], rel=1e-8)
         assert a["cars_choice"] == b["cars_choice"]

@@ -78,13 +78,14 @@ def test_mean_term_decomposition(rng):
     X = rng.standard_normal((50, 4)) + 2.0
     D = rng.standard_normal((50, 4)) - 1.0
     mt = mean_term(X, D)
-    C = sum(np.outer(x, d) for x, d in zip(X, D)) / 50
+    C = sum(np.outer(x, d) for x, d in zip(X, D, strict=True)) / 50
     xm, dm = X.mean(0), D.mean(0)
-    Cc = sum(np.outer(x - xm, d - dm) for x, d in zip(X, D)) / 50
+    Cc = sum(np.outer(x - xm, d - dm) for x, d in zip(X, D, strict=True)) / 50
     assert np.allclose(C, Cc + np.outer(xm, dm))
     assert mt.share == pytest.approx(np.sum(np.outer(xm, dm) ** 2) / np.sum(C**2))
     assert mt.centred_share == pytest.approx(np.sum(Cc**2) / np.sum(C**2))
-    assert mt.cosine == pytest.approx(np.sum(C * np.outer(xm, dm)) / np.linalg.norm(C) / np.linalg.norm(np.outer(xm, dm)))
+    M = np.outer(xm, dm)
+    assert mt.cosine == pytest.approx(np.sum(C * M) / np.linalg.norm(C) / np.linalg.norm(M))
 
 
 def test_mean_term_all_mean_when_queries_identical(rng):

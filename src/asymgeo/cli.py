@@ -130,7 +130,8 @@ def _add_select(sub):
         sub,
         "select",
         "Choose shared or dual geometry with CARS (eq. 7) on a dataset's frozen training triples.",
-        "asymgeo select scifact --encoder all-MiniLM-L6-v2 --rank 16 --validate --data-dir ../shared/data --cache-dir ../shared/embeddings",
+        "asymgeo select scifact --encoder all-MiniLM-L6-v2 --rank 16 --validate "
+        "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
     p.add_argument("--rank", type=int, required=True, help="fitted rank r")
@@ -158,7 +159,8 @@ def _run_select(args) -> int:
     gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
     validation = _select_validation(args, tr) if args.validate else None
     if args.json:
-        out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr), "cars": res.as_dict(), "approximation_gap": gap.as_dict()}
+        out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
+               "cars": res.as_dict(), "approximation_gap": gap.as_dict()}
         if validation is not None:
             out["validation"] = validation
         _print_json(out)

@@ -205,20 +205,21 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     by_fold: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_fold.setdefault(int(row["fold"]), []).append(row)
-    folds = []
+    folds: list[dict[str, Any]] = []
+    fold_regret: list[dict[str, float]] = []
     for f in sorted(by_fold):
         cells = by_fold[f]
         regs = [_cell_regrets(c) for c in cells]
+        reg = {g: float(np.mean([r[g] for r in regs])) for g in rules}
+        fold_regret.append(reg)
         folds.append({
             "fold": f,
             "cells": len(cells),
             "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
-            "regret": {g: float(np.mean([r[g] for r in regs])) for g in rules},
+            "regret": reg,
+            "cars_wins": bool(reg["cars"] < reg["shared"] and reg["cars"] < reg["dual"]),
         })
-    for fd in folds:
-        reg = fd["regret"]
-        fd["cars_wins"] = bool(reg["cars"] < reg["shared"] and reg["cars"] < reg["dual"])
-    regret = {g: float(np.mean([fd["regret"][g] for fd in folds])) for g in rules}
+    regret = {g: float(np.mean([reg[g] for reg in fold_regret])) for g in rules}
     better_fixed = min(regret["shared"], regret["dual"])
     per_size = []
     for m in sorted({int(r["size"]) for r in rows}):
@@ -237,7 +238,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "cars_accuracy": float(np.mean([fd["accuracy"] for fd in folds])),
         "regret": regret,
         "reduction": float(1.0 - regret["cars"] / better_fixed) if better_fixed > 0 else float("nan"),
-        "fold_wins": int(sum(fd["cars_wins"] for fd in folds)),
+        "fold_wins": int(sum(bool(fd["cars_wins"]) for fd in folds)),
         "folds": folds,
         "per_size": per_size,
     }

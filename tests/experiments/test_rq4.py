@@ -40,8 +40,8 @@ def test_cell_matches_direct_computation(shared_dir, centring):
     nested = nested_subsets(pool, seed=fold_seed(1))
     assert out["sizes"] == sorted(nested) == [32, 64, 128, 256, 512, 647]
     for j, m in enumerate(out["sizes"]):
-        I = [row[q] for q in nested[m]]
-        C = X[I].T @ D[I] / m
+        idx = [row[q] for q in nested[m]]
+        C = X[idx].T @ D[idx] / m
         assert out["loss_shared"][j] == pytest.approx(heldout_loss(shared_truncate(C, 4), T), rel=1e-8)
         assert out["loss_dual"][j] == pytest.approx(heldout_loss(dual_truncate(C, 4), T), rel=1e-8)
     slope = np.polyfit(np.log2(out["sizes"]), out["advantage"], 1)[0]
@@ -70,7 +70,8 @@ def test_claims_count_positive_slopes_and_crossings():
     assert (c["trajectories"], c["positive"], c["all_positive"]) == (1, 0, False)
     s = rq4.summarise(df)
     raw_a = s[(s.centring == "raw") & (s.dataset == "a")].iloc[0]
-    assert (raw_a.trajectories, raw_a.positive_slopes, raw_a.crossings, raw_a.dual_favoured_at_largest_n) == (2, 2, 1, 1)
+    got = (raw_a.trajectories, raw_a.positive_slopes, raw_a.crossings, raw_a.dual_favoured_at_largest_n)
+    assert got == (2, 2, 1, 1)
     assert rq4.claims(df[df.centring == "raw"], "centred")["all_positive"] is False   # no trajectories: not a pass
 
 

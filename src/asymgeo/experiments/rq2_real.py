@@ -7,8 +7,8 @@ variant of projection and centring), the held-out shared-minus-dual loss advanta
 :math:`\\|\\mathcal P_{d,r}(\\widehat C) - \\mathcal P_{s,r}(\\widehat C)\\|_F^2` and by decile of the
 corrected score, the CARS score of eq. (7) (cross-half agreement minus a quarter of the
 disagreement: "accounting for variation between training splits", Section 5.2); the mean
-cross-half agreement alone (Appendix C.1) is shown as well.  The paper: the raw trend is nearly flat; the corrected trend rises from
-Shared-favoured to Dual-favoured held-out fit.
+cross-half agreement alone (Appendix C.1) is shown as well.  The paper: the raw trend is
+nearly flat; the corrected trend rises from Shared-favoured to Dual-favoured held-out fit.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def plot(cells, path) -> None:
 
     d = deciles(cells)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for score, color in zip(SCORES, ("tab:red", "tab:gray", "tab:blue")):
+    for score, color in zip(SCORES, ("tab:red", "tab:gray", "tab:blue"), strict=True):
         g = d[d["score"] == score]
         axes[0].errorbar(g["decile"], g["mean"], yerr=1.96 * g["se"], fmt="o-", color=color, ms=3, capsize=2,
                          label=SCORES[score])

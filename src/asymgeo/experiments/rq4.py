@@ -82,7 +82,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
             sizes.append(int(m))
             ls.append(float(a))
             ld.append(float(b))
-    adv = [a - b for a, b in zip(ls, ld)]
+    adv = [a - b for a, b in zip(ls, ld, strict=True)]
     mt = t["mean_term"]
     return {
         "sizes": sizes,
@@ -172,7 +172,7 @@ def plot(df, path, *, centring: str = "raw") -> None:
     cmap = plt.get_cmap("viridis", max(len(ranks), 2))
     styles = ["-", "--", ":", "-."]
     fig, axes = plt.subplots(1, max(len(keys), 1), figsize=(4.0 * max(len(keys), 1), 3.6), squeeze=False)
-    for ax, (d, e) in zip(axes[0], keys):
+    for ax, (d, e) in zip(axes[0], keys, strict=True):
         g = sub[(sub["dataset"] == d) & (sub["encoder"] == e)]
         for r in g.itertuples():
             ax.plot(r.sizes, r.advantage, styles[int(r.seed_index) % 4], color=cmap(ranks.index(r.rank)), lw=1,
@@ -200,7 +200,7 @@ def plot_means(df, path) -> None:
 
     datasets = sorted(df["dataset"].unique())
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.5 * len(datasets), 3.6), squeeze=False)
-    for ax, d in zip(axes[0], datasets):
+    for ax, d in zip(axes[0], datasets, strict=True):
         for j, (e, g) in enumerate(df[df["dataset"] == d].groupby("encoder", sort=True)):
             for c, style in (("raw", "-"), ("centred", "--")):
                 h = g[g["centring"] == c]
@@ -208,7 +208,7 @@ def plot_means(df, path) -> None:
                     continue
                 pts: dict[int, list[float]] = {}
                 for r in h.itertuples():
-                    for n, a in zip(r.sizes, r.advantage):
+                    for n, a in zip(r.sizes, r.advantage, strict=True):
                         pts.setdefault(int(n), []).append(float(a))
                 ns = sorted(n for n in pts if len(pts[n]) == max(len(v) for v in pts.values()))
                 ax.plot(ns, [np.mean(pts[n]) for n in ns], style, marker="o", ms=3, color=f"C{j}",
@@ -258,7 +258,7 @@ def export(df, out_dir, suffix: str = "") -> list:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for r in _ordered(df).itertuples():
-        for n, a, b in zip(r.sizes, r.loss_shared, r.loss_dual):
+        for n, a, b in zip(r.sizes, r.loss_shared, r.loss_dual, strict=True):
             rows.append({"centring": r.centring, "dataset": r.dataset, "encoder": r.encoder, "rank": int(r.rank),
                          "seed_index": int(r.seed_index), "n": int(n), "loss_shared": a, "loss_dual": b,
                          "advantage": a - b})

@@ -37,7 +37,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     design = fold_design(pool.ids, fold, int(config.get("folds", 5)))
     X, D = fold_arrays(pool, design, str(config["centring"]))
     projection = fixed_projection(pool.p, proj_dim, seed)
-    rows = fold_cells(X, D, design.train_order, design.test_rows, design.sizes, [rank], fold=fold,
+    rows = fold_cells(X, D, design.train_order.tolist(), design.test_rows.tolist(), design.sizes, [rank], fold=fold,
                       n_splits=int(config["n_splits"]), seed=seed, projection=projection, n_jobs=1)
     out: dict[str, Any] = {key: [r[key] for r in rows] for key in rows[0] if key not in ("fold", "rank")}
     out.update({"n_pool": pool.n, "n_train": int(design.train_order.size), "n_test": int(design.test_rows.size),
@@ -96,7 +96,7 @@ def summarise(cells):
                      "fold_wins": s["fold_wins"]})
 
     for key, g in cells.groupby(_GROUP, sort=True):
-        add(dict(zip(_GROUP, key)), g)
+        add(dict(zip(_GROUP, key, strict=True)), g)
     for key, g in cells.groupby(["projection", "centring"], sort=True):
         add({"projection": key[0], "centring": key[1], "dataset": "all", "encoder": "all"}, g)
     return pd.DataFrame(rows)
@@ -156,7 +156,7 @@ def export(cells, summary, corr, out_dir, suffix: str = "") -> list:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"table1_{name}{suffix}.csv" for name in ("cells", "summary", "size_correlation")]
-    for path, frame in zip(paths, (cells, summary, corr)):
+    for path, frame in zip(paths, (cells, summary, corr), strict=True):
         atomic_write_text(path, frame.to_csv(index=False, float_format="%.6g"))
     return paths
 
@@ -180,7 +180,7 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
     corr = size_correlations(cells)
     suffix = "-quick" if Path(fig_path).stem.endswith("-quick") else ""
     export(cells, summary, corr, Path(fig_path).parent.parent / "results", suffix)
-    variants = sorted({(int(p), c) for p, c in zip(summary["projection"], summary["centring"])},
+    variants = sorted({(int(p), c) for p, c in zip(summary["projection"], summary["centring"], strict=True)},
                       key=lambda v: (-v[0], v[1] != "raw", v[1]))
     rows = []
     for r in summary.itertuples():
@@ -218,7 +218,7 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
         dec = rq2_real.deciles(rq2_cells)
         dec_rows = []
         for b in range(1, 11):
-            row = [b]
+            row: list[Any] = [b]
             for score in rq2_real.SCORES:
                 g = dec[(dec["score"] == score) & (dec["decile"] == b)].iloc[0]
                 row += [f"{g['mean']:+.4g}", f"{100 * g['dual_share']:.0f}%"]
