@@ -57,7 +57,9 @@ def test_summary_and_claims_hold():
         for f in range(5):
             rows += [_row(d, f, 32, 1.0, 2.0, "shared"), _row(d, f, 512, 1.0, 0.5, "dual")]  # CARS always right
     s = table1.summarise(_cells(rows))
-    allrow = s[s.dataset == "all"].iloc[0]
+    enc = s[(s.dataset == "all") & (s.encoder == "e")].iloc[0]      # the paper's per-encoder row
+    assert enc.outer_folds == 10 and enc.reduction == 1.0
+    allrow = s[(s.dataset == "all") & (s.encoder == "all")].iloc[0]
     assert allrow.outer_folds == 10 and allrow.accuracy == 1.0 and allrow.regret_cars == 0.0
     assert allrow.regret_shared == pytest.approx(0.25) and allrow.regret_dual == pytest.approx(0.5)
     c = table1.claims(s)

@@ -75,9 +75,10 @@ def explode(df):
 
 
 def summarise(cells):
-    """Table 1 per (projection, centring, dataset, encoder) and per (projection, centring)
-    over all of them (``dataset = encoder = "all"``): accuracy, mean regret per rule
-    (within fold, then over folds), reduction against the better fixed rule, strict fold wins."""
+    """Table 1 per (projection, centring, dataset, encoder), per encoder over datasets
+    (``dataset = "all"``, the paper's rows) and over everything (``dataset = encoder = "all"``):
+    accuracy, mean regret per rule (within fold, then over folds), reduction against the better
+    fixed rule, strict fold wins."""
     import pandas as pd
 
     from ..fold_validation import summarise_cells
@@ -97,6 +98,8 @@ def summarise(cells):
 
     for key, g in cells.groupby(_GROUP, sort=True):
         add(dict(zip(_GROUP, key, strict=True)), g)
+    for key, g in cells.groupby(["projection", "centring", "encoder"], sort=True):
+        add({"projection": key[0], "centring": key[1], "dataset": "all", "encoder": key[2]}, g)
     for key, g in cells.groupby(["projection", "centring"], sort=True):
         add({"projection": key[0], "centring": key[1], "dataset": "all", "encoder": "all"}, g)
     return pd.DataFrame(rows)
@@ -119,19 +122,21 @@ def size_correlations(cells):
 
 
 def claims(summary, projection: int = 256, centring: str = "raw") -> dict[str, Any]:
-    """Table 1 claims on one variant: accuracy (paper 90.1%), every dataset x encoder's regret
-    reduction within the paper's 49-96% or above, strict fold wins (paper 85/100).
+    """Table 1 claims on one variant: accuracy (paper 90.1%), every encoder's regret reduction
+    (over its datasets, the paper's rows) at least the paper's lowest 49%, strict fold wins over
+    dataset x encoder outer folds (paper 85/100).
 
-    ``accuracy_holds``: accuracy >= 0.85; ``reduction_holds``: every pair's reduction >= 0.49;
+    ``accuracy_holds``: accuracy >= 0.85; ``reduction_holds``: every encoder's reduction >= 0.49;
     ``fold_wins_holds``: fold-win fraction >= 0.85.
     """
     sub = summary[(summary["projection"] == projection) & (summary["centring"] == centring)]
     pairs = sub[sub["dataset"] != "all"]
-    total = sub[sub["dataset"] == "all"]
+    encoders = sub[(sub["dataset"] == "all") & (sub["encoder"] != "all")]
+    total = sub[(sub["dataset"] == "all") & (sub["encoder"] == "all")]
     if total.empty:
         raise ValueError(f"summary: no rows for projection {projection}, centring {centring!r}")
     t = total.iloc[0]
-    red = pairs["reduction"].to_numpy(float)
+    red = encoders["reduction"].to_numpy(float)
     wins, outer = int(pairs["fold_wins"].sum()), int(pairs["outer_folds"].sum())
     return {
         "accuracy": float(t["accuracy"]),
@@ -204,7 +209,7 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
              f"{100 * c['accuracy']:.1f}%", verdict(c["accuracy_holds"])],
             [f"Table 1 ({name}): CARS regret 49-96% below the better fixed rule",
              "49-96% per encoder", f"{100 * c['reduction_min']:.0f}% to {100 * c['reduction_max']:.0f}% per "
-             "dataset × encoder", verdict(c["reduction_holds"])],
+             "encoder (over its datasets)", verdict(c["reduction_holds"])],
             [f"Table 1 ({name}): strict fold wins", f"{PAPER_FOLD_WINS[0]}/{PAPER_FOLD_WINS[1]}",
              f"{c['fold_wins']}/{c['outer_folds']}", verdict(c["fold_wins_holds"])],
         ]
@@ -256,8 +261,8 @@ half-splits) and SURE (eq. 4, plug-in σ from `estimate_moment_noise`) choose fr
 on the fixed random 256-dimensional selector projection (drawn once from the base seed; identity when p ≤ 256)
 or on the full space. Losses are always those of the full-space truncations. Regret = `L_chosen − min(L_s, L_d)`;
 accuracy counts ties as Shared; both are averaged over the cells of a fold, then over folds; a strict fold win
-needs a lower fold-mean regret than both fixed rules (ties win nothing). "all" pools every dataset × encoder
-outer fold.
+needs a lower fold-mean regret than both fixed rules (ties win nothing). dataset "all" pools an
+encoder's datasets (the paper's Table 1 rows), "all / all" every dataset × encoder outer fold.
 
 {tab}
 
