@@ -212,7 +212,7 @@ def _add_reproduce(sub):
         "or rebuild docs/reproduction.md from the results with NAME = report.",
         "asymgeo reproduce rq1 --quick && asymgeo reproduce report --quick",
     )
-    p.add_argument("name", help="rq1, table2, rq2, all, or report (or any experiments/NAME.toml)")
+    p.add_argument("name", help="rq1, table2, rq2, rq4, table1, all, or report (or any experiments/NAME.toml)")
     p.add_argument("--quick", action="store_true", help="the small CI variant ([quick] overrides; results in NAME-quick)")
     p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool (default) or Ray")
     p.add_argument("--address", default=None, help="Ray cluster address, e.g. auto or ray://head:10001 (with --executor ray)")
