@@ -188,7 +188,10 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
     variants = sorted({(int(p), c) for p, c in zip(summary["projection"], summary["centring"], strict=True)},
                       key=lambda v: (-v[0], v[1] != "raw", v[1]))
     rows = []
-    for r in summary.itertuples():
+    order = summary.assign(_p=-summary["projection"].astype(int), _c=summary["centring"] != "raw",
+                           _d=summary["dataset"] == "all", _e=summary["encoder"] == "all")
+    order = order.sort_values(["_p", "_c", "_d", "_e", "dataset", "encoder"])
+    for r in order.itertuples():
         rows.append([_variant_name(r.projection, r.centring), r.dataset, r.encoder, r.outer_folds,
                      f"{100 * r.accuracy:.1f}%", f"{r.regret_cars:.4g}", f"{r.regret_shared:.4g}",
                      f"{r.regret_dual:.4g}", f"{r.regret_sure:.4g}" if hasattr(r, "regret_sure") else "–",
@@ -196,6 +199,16 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
                      f"{r.fold_wins}/{r.outer_folds}"])
     tab = md_table(["variant", "dataset", "encoder", "folds", "CARS accuracy", "regret CARS", "always-shared",
                     "always-dual", "SURE", "reduction vs better fixed", "strict fold wins"], rows)
+    sure_note = ""
+    if "sure_choice" in cells and (cells["sure_choice"] != "").any():
+        sure_dual = int((cells["sure_choice"] == "dual").sum())
+        sure_na = int(cells["sure_score"].isna().sum())
+        sure_note = (f"\nSURE (plug-in σ) chose dual in {sure_dual} of {len(cells)} cells"
+                     + (f" ({sure_na} cells where it does not apply count as Shared)" if sure_na else "")
+                     + ": the isotropic plug-in noise scale of `estimate_moment_noise` is far below the noise "
+                       "the rank-r truncations actually see, so SURE's dimension charge σ²k is too small here "
+                       "and its regret is (close to) always-dual's.\n" if sure_dual > 0.9 * len(cells) else
+                     f"\nSURE (plug-in σ) chose dual in {sure_dual} of {len(cells)} cells.\n")
     corr_rows = [[_variant_name(r.projection, r.centring), r.size, r.cells, f"{r.spearman:+.2f}",
                   f"{r.cars_dual}/{r.cells}", f"{r.heldout_dual}/{r.cells}"] for r in corr.itertuples()]
     corr_tab = md_table(["variant", "training size", "cells", "Spearman(CARS score, L_s − L_d)", "CARS → dual",
@@ -265,7 +278,7 @@ needs a lower fold-mean regret than both fixed rules (ties win nothing). dataset
 encoder's datasets (the paper's Table 1 rows), "all / all" every dataset × encoder outer fold.
 
 {tab}
-
+{sure_note}
 Within each training size (across datasets, encoders, folds and ranks), the rank correlation between the CARS
 score and the held-out `L_s − L_d`, and how many cells each side favours: where the held-out winner never
 changes, a selector can only be right by agreeing; where it changes, the correlation shows whether the score
