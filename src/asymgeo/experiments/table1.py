@@ -205,9 +205,10 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
         sure_na = int(cells["sure_score"].isna().sum())
         sure_note = (f"\nSURE (plug-in σ) chose dual in {sure_dual} of {len(cells)} cells"
                      + (f" ({sure_na} cells where it does not apply count as Shared)" if sure_na else "")
-                     + ": the isotropic plug-in noise scale of `estimate_moment_noise` is far below the noise "
-                       "the rank-r truncations actually see, so SURE's dimension charge σ²k is too small here "
-                       "and its regret is (close to) always-dual's.\n" if sure_dual > 0.9 * len(cells) else
+                     + ", so its regret is (close to) always-dual's. Theorem 3 assumes a known, isotropic noise "
+                       "scale; the plug-in σ of `estimate_moment_noise` is an approximation the theorem does not "
+                       "cover, and on these embeddings it charges too little for dual's extra dimensions.\n"
+                     if sure_dual > 0.9 * len(cells) else
                      f"\nSURE (plug-in σ) chose dual in {sure_dual} of {len(cells)} cells.\n")
     corr_rows = [[_variant_name(r.projection, r.centring), r.size, r.cells, f"{r.spearman:+.2f}",
                   f"{r.cars_dual}/{r.cells}", f"{r.heldout_dual}/{r.cells}"] for r in corr.itertuples()]
