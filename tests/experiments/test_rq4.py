@@ -75,6 +75,15 @@ def test_claims_count_positive_slopes_and_crossings():
     assert rq4.claims(df[df.centring == "raw"], "centred")["all_positive"] is False   # no trajectories: not a pass
 
 
+def test_centring_effect_first_positive_and_last():
+    df = pd.DataFrame([_traj("raw", "a", 4, 0, [-1.0, 0.2, 0.3, 0.5]), _traj("raw", "a", 8, 0, [-1.0, -0.4, 0.1, 0.3]),
+                       _traj("centred", "a", 4, 0, [-1.0, -0.5, -0.1, 0.1])])
+    ce = rq4.centring_effect(df).set_index("centring")
+    assert ce.loc["raw", "first_positive_n"] == 128          # means: -1, -0.1, 0.2, 0.4
+    assert ce.loc["raw", "mean_at_largest_n"] == pytest.approx(0.4)
+    assert ce.loc["centred", "first_positive_n"] == 256
+
+
 def test_plots_and_export(tmp_path):
     df = pd.DataFrame([_traj(c, "a", r, s, [-1.0, -0.3, 0.2, 0.4]) for c in ("raw", "centred") for r in (4, 8)
                        for s in (0, 1)])
