@@ -343,7 +343,9 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
         row = [d, e]
         for c in ("raw", "centred"):
             r = by.get(c)
-            row += ["–", "–"] if r is None else [str(r.first_positive_n) if r.first_positive_n else "never",
+            fp = None if r is None else r.first_positive_n
+            first = None if fp is None or np.isnan(fp) else fp
+            row += ["–", "–"] if r is None else ["never" if first is None else str(int(first)),
                                                  f"{r.mean_at_largest_n:+.4f} (n≈{r.largest_n})"]
         ce_rows.append(row)
     ce_tab = md_table(["dataset", "encoder", "raw: first n with mean L_s − L_d > 0", "raw: mean at largest n",
