@@ -92,7 +92,9 @@ def summarise(cells):
         for rec in recs:
             rec["fold"] = outer.setdefault((rec["dataset"], rec["encoder"], int(rec["fold"])), len(outer))
         s = summarise_cells(recs)
-        rows.append({**key, "outer_folds": len(s["folds"]), "cells": len(recs), "accuracy": s["cars_accuracy"],
+        ranks = ",".join(str(int(r)) for r in sorted(g["rank"].unique()))
+        rows.append({**key, "ranks": ranks, "outer_folds": len(s["folds"]), "cells": len(recs),
+                     "accuracy": s["cars_accuracy"],
                      **{f"regret_{k}": v for k, v in s["regret"].items()}, "reduction": s["reduction"],
                      "fold_wins": s["fold_wins"]})
 
@@ -192,12 +194,12 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
                            _d=summary["dataset"] == "all", _e=summary["encoder"] == "all")
     order = order.sort_values(["_p", "_c", "_d", "_e", "dataset", "encoder"])
     for r in order.itertuples():
-        rows.append([_variant_name(r.projection, r.centring), r.dataset, r.encoder, r.outer_folds,
+        rows.append([_variant_name(r.projection, r.centring), r.dataset, r.encoder, r.ranks, r.outer_folds,
                      f"{100 * r.accuracy:.1f}%", f"{r.regret_cars:.4g}", f"{r.regret_shared:.4g}",
                      f"{r.regret_dual:.4g}", f"{r.regret_sure:.4g}" if hasattr(r, "regret_sure") else "–",
                      f"{100 * r.reduction:.0f}%" if np.isfinite(r.reduction) else "–",
                      f"{r.fold_wins}/{r.outer_folds}"])
-    tab = md_table(["variant", "dataset", "encoder", "folds", "CARS accuracy", "regret CARS", "always-shared",
+    tab = md_table(["variant", "dataset", "encoder", "ranks", "folds", "CARS accuracy", "regret CARS", "always-shared",
                     "always-dual", "SURE", "reduction vs better fixed", "strict fold wins"], rows)
     sure_note = ""
     if "sure_choice" in cells and (cells["sure_choice"] != "").any():
