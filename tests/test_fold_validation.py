@@ -162,3 +162,18 @@ def test_projection_is_fixed_and_identity_above_p():
     assert fv.fixed_projection(10, None, 0) is None and fv.fixed_projection(10, 10, 0) is None
     R1, R2 = fv.fixed_projection(12, 5, 3), fv.fixed_projection(12, 5, 3)
     assert R1.shape == (12, 5) and np.array_equal(R1, R2) and np.allclose(R1.T @ R1, np.eye(5))
+
+
+def test_fold_cells_bad_input():
+    X, Yp, Yn = _data(n=40, p=6)
+    D = Yp - Yn
+    with pytest.raises(ValueError, match="overlap"):
+        fv.fold_cells(X, D, range(30), [29, 35], [8], [2])
+    with pytest.raises(ValueError, match="test_rows"):
+        fv.fold_cells(X, D, range(30), [41], [8], [2])
+    with pytest.raises(ValueError, match="sizes"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [31], [2])
+    with pytest.raises(ValueError, match="projection"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [8], [2], projection=np.eye(5))
+    with pytest.raises(ValueError, match="D"):
+        fv.fold_cells(X, D[:, :5], range(30), range(30, 40), [8], [2])

@@ -129,8 +129,16 @@ def fold_cells(
     list of dicts with keys ``fold, size, rank, loss_shared, loss_dual, cars_score, cars_se,
     cars_choice, raw_distance, corrected_distance, sure_choice, sure_score``.
     """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    check_same_shape({"X": X, "D": D})
     train = np.asarray(train_order, dtype=np.int64)
     test = np.asarray(test_rows, dtype=np.int64)
+    for name, rows in (("train_order", train), ("test_rows", test)):
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= X.shape[0])):
+            raise ValueError(f"{name}: expected row numbers in [0, {X.shape[0]})")
+    if projection is not None and (projection.ndim != 2 or projection.shape[0] != X.shape[1]):
+        raise ValueError(f"projection: expected shape ({X.shape[1]}, q), got {projection.shape}")
     if test.size == 0:
         raise ValueError("test_rows: the held-out fold is empty")
     if np.intersect1d(train, test).size:
