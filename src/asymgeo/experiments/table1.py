@@ -217,9 +217,12 @@ def report_section(df, fig_path, fig_rel: str) -> tuple[str, list[list[str]]]:
     corr_tab = md_table(["variant", "training size", "cells", "Spearman(CARS score, L_s − L_d)", "CARS → dual",
                          "held-out dual"], corr_rows)
     claim_rows: list[list[str]] = []
+    pairs = summary[summary["dataset"] != "all"].groupby(["projection", "centring"]).size()
     for proj, cen in variants:
         c = claims(summary, proj, cen)
         name = _variant_name(proj, cen)
+        if pairs.get((proj, cen), 0) < pairs.max():
+            name += f"; partial: {pairs.get((proj, cen), 0)} of {pairs.max()} dataset × encoder pairs"
         claim_rows += [
             [f"Table 1 ({name}): CARS selection accuracy", f"{100 * PAPER_ACCURACY:.1f}% (≥ 85% counts as holding)",
              f"{100 * c['accuracy']:.1f}%", verdict(c["accuracy_holds"])],
