@@ -56,6 +56,13 @@ _EXPORTS: dict[str, str] = {
     "CarsResult": "selection",
     "half_splits": "selection",
     "selector_projection": "selection",
+    # held-out operator risk (RQ4) and five-fold validation of the decision (Table 1)
+    "heldout_loss": "operator_risk",
+    "truncation_losses": "operator_risk",
+    "prefix_moments": "operator_risk",
+    "mean_term": "operator_risk",
+    "validate_selection": "fold_validation",
+    "SelectionValidation": "fold_validation",
     # retrieval: exact search and metrics
     "exact_search": "search",
     "ExactIndex": "search",
@@ -119,6 +126,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         split_queries,
     )
     from .estimators import DualProjection, GeometrySelector, SharedProjection
+    from .fold_validation import SelectionValidation, validate_selection
     from .geometry import (
         ApproximationGap,
         TangentProjectors,
@@ -135,6 +143,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         tangent_projectors,
     )
     from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
+    from .operator_risk import heldout_loss, mean_term, prefix_moments, truncation_losses
     from .search import AdapterIndex, ExactIndex, SearchResult, exact_search, transform_index
     from .selection import CarsResult, cars_score, half_splits, selector_projection
     from .simulation import TwoViewModel, candidate_ndcg, two_view_model

@@ -134,7 +134,8 @@ def _add_select(sub):
         sub,
         "select",
         "Choose shared or dual geometry with CARS (eq. 7) on a dataset's frozen training triples.",
-        "asymgeo select scifact --encoder all-MiniLM-L6-v2 --rank 16 --data-dir ../shared/data --cache-dir ../shared/embeddings",
+        "asymgeo select scifact --encoder all-MiniLM-L6-v2 --rank 16 --validate "
+        "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
     p.add_argument("--rank", type=int, required=True, help="fitted rank r")
@@ -143,6 +144,9 @@ def _add_select(sub):
     p.add_argument("--selector-dim", type=int, default=None, help="fixed random projection dimension (paper: 256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the half-splits (default 0)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("--validate", action="store_true",
+                   help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
+    p.add_argument("--folds", type=int, default=5, help="held-out folds of --validate (default 5)")
     p.set_defaults(func=_run_select)
     return p
 
@@ -155,20 +159,57 @@ def _run_select(args) -> int:
     if not 2 <= args.n_splits <= _MAX_SPLITS:
         raise ValueError(f"--n-splits: expected 2 to {_MAX_SPLITS:,} half-splits (a standard error needs at least 2), "
                          f"got {args.n_splits}")
+    if args.validate and args.folds < 2:
+        raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
     if args.selector_dim is not None and args.selector_dim >= tr.dim:
         print(f"asymgeo select: warning: --selector-dim {args.selector_dim} >= p = {tr.dim}: "
               "no random projection applied", file=sys.stderr)
     res = cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed, selector_dim=args.selector_dim)
     gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
+    validation = _select_validation(args, tr) if args.validate else None
     if args.json:
-        _print_json({"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr), "cars": res.as_dict(), "approximation_gap": gap.as_dict()})
+        out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
+               "cars": res.as_dict(), "approximation_gap": gap.as_dict()}
+        if validation is not None:
+            out["validation"] = validation
+        _print_json(out)
         return 0
     print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples: n = {len(tr)}, p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
     print(f"decision: {res.choice}")
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (standard error)")
     print(f"approximation gap of the training moment: {gap.gap:.6g} (shared {gap.shared_error:.6g}, dual {gap.dual_error:.6g})")
+    if validation is not None:
+        _print_validation(validation)
     return 0
+
+
+def _select_validation(args, tr) -> dict:
+    import time
+
+    from .fold_validation import validate_selection
+
+    t0 = time.perf_counter()
+    v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
+                           selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids)
+    return {**v.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def _print_validation(v: dict) -> None:
+    reg = v["regret"]
+    cells = sum(s["cells"] for s in v["per_size"])
+    print(f"validation: {v['n_folds']} held-out folds of these {v['n']} queries, nested training sizes, "
+          f"{cells} (fold, size) cells, {v['seconds']:.1f} s")
+    print(f"  CARS chose the lower held-out loss in {100 * v['cars_accuracy']:.1f}% of cells")
+    print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
+          f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else ""))
+    print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
+    print(f"  {'size':>6}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
+          f"{'shared':>9}  {'dual':>9}")
+    for s in v["per_size"]:
+        r = s["regret"]
+        print(f"  {s['size']:>6}  {s['cars_dual']:>6}/{s['cells']:<3}  {s['heldout_dual']:>9}/{s['cells']:<3}  "
+              f"{100 * s['accuracy']:>7.0f}%  {r['cars']:>11.4g}  {r['shared']:>9.4g}  {r['dual']:>9.4g}")
 
 
 # --------------------------------------------------------------------------- reproduce
@@ -181,7 +222,7 @@ def _add_reproduce(sub):
         "or rebuild docs/reproduction.md from the results with NAME = report.",
         "asymgeo reproduce rq1 --quick && asymgeo reproduce report --quick",
     )
-    p.add_argument("name", help="rq1, table2, rq2, all, or report (or any experiments/NAME.toml)")
+    p.add_argument("name", help="rq1, table2, rq2, rq4, table1, all, or report (or any experiments/NAME.toml)")
     p.add_argument("--quick", action="store_true", help="the small CI variant ([quick] overrides; results in NAME-quick)")
     p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool (default) or Ray")
     p.add_argument("--address", default=None, help="Ray cluster address, e.g. auto or ray://head:10001 (with --executor ray)")

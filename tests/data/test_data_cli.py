@@ -75,3 +75,31 @@ def test_help_has_examples():
     sub = next(a for a in parser._actions if a.dest == "command")
     for name in ("embed", "select"):
         assert "example:\n  asymgeo " + name in sub.choices[name].format_help()
+
+
+def test_select_validate_json_and_text(shared_dir, capsys):
+    args = ["scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(shared_dir / "data"),
+            "--cache-dir", str(shared_dir / "embeddings"), "--rank", "4", "--n-splits", "2", "--seed", "5",
+            "--selector-dim", "32", "--validate", "--folds", "2"]
+    assert main(["select", *args, "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)["validation"]
+    assert {"cars_accuracy", "regret", "folds", "per_size"} <= set(v)
+    assert set(v["regret"]) >= {"cars", "shared", "dual"} and len(v["folds"]) == 2
+    # 647 queries, 2 folds: training pools of 323/324 -> sizes 32..256 plus the full pool
+    assert [s["size"] for s in v["per_size"]][:4] == [32, 64, 128, 256]
+    cells = sum(s["cells"] for s in v["per_size"])
+    assert cells == 2 * 5
+    assert 0.0 <= v["cars_accuracy"] <= 1.0
+    assert min(v["regret"].values()) >= 0.0 and min(v["regret"]["shared"], v["regret"]["dual"]) >= 0.0
+    assert main(["select", *args]) == 0
+    text = capsys.readouterr().out
+    assert "validation: 2 held-out folds of these 647 queries" in text
+    assert "CARS chose the lower held-out loss" in text and "strict fold wins" in text
+
+
+def test_select_validate_bad_folds_is_one_line(shared_dir, capsys):
+    args = ["scifact", "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings"),
+            "--rank", "4", "--validate", "--folds", "1"]
+    assert main(["select", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "folds" in err[0]

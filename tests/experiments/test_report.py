@@ -16,7 +16,7 @@ def quick_results(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
     out = reproduce("all", quick=True, results_dir=results, config_dir=CONFIGS, workers=2, progress=False,
                     command="asymgeo reproduce all --quick")
-    assert [r.name for r in out] == ["rq1-quick", "table2-quick", "rq2-quick"]
+    assert [r.name for r in out] == ["rq1-quick", "table2-quick", "rq2-quick", "rq4-quick", "table1-quick"]
     return results
 
 

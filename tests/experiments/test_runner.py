@@ -317,3 +317,15 @@ def test_default_config_dir_outside_a_checkout(tmp_path, monkeypatch):
         '[experiment]\nname = "mine"\ncell = "sweep_cells:toy_cell"\nmaster_seed = 1\n[grid]\nx = [1, 2]\n')
     assert runner.default_config_dir() == Path("experiments")
     assert load_experiment("mine").configs() == [{"master_seed": 1, "x": 1}, {"master_seed": 1, "x": 2}]
+
+
+def test_local_configs_do_not_hide_the_packaged_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "mine.toml").write_text(
+        (runner.packaged_config_dir() / "table2.toml").read_text().replace('name = "table2"', 'name = "mine"')
+    )
+    assert runner.load_experiment("mine").name == "mine"  # the checkout's own config
+    assert runner.load_experiment("rq1").name == "rq1"  # still found in the package
+    with pytest.raises(FileNotFoundError, match="mine.*rq1|rq1.*mine"):
+        runner.load_experiment("nope")

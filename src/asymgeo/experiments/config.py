@@ -206,7 +206,11 @@ def packaged_config_dir() -> Path:
 
 
 def default_config_dir() -> Path:
-    """``./experiments`` if it holds ``*.toml`` files (a checkout's own configs), else the packaged configs."""
+    """``./experiments`` if it holds ``*.toml`` files (a checkout's own configs), else the packaged configs.
+
+    :func:`load_experiment` looks a name up in ``./experiments`` first and then in the packaged
+    configs, so a checkout's own configs never hide the paper's.
+    """
     here = Path("experiments")
     if here.is_dir() and any(here.glob("*.toml")):
         return here
@@ -225,11 +229,16 @@ def load_experiment(name_or_path: str | os.PathLike, *, quick: bool = False,
         On TOML syntax errors or invalid keys, naming the file (and line / key).
     """
     path = Path(name_or_path)
+    searched = []
     if path.suffix != ".toml":
-        cdir = Path(config_dir) if config_dir is not None else default_config_dir()
-        path = cdir / f"{name_or_path}.toml"
+        # an explicit folder, else the checkout's ./experiments first, then the packaged configs
+        folders = [Path(config_dir)] if config_dir is not None else [Path("experiments"), packaged_config_dir()]
+        searched = [d for d in folders if d.is_dir()]
+        path = next((d / f"{name_or_path}.toml" for d in searched if (d / f"{name_or_path}.toml").is_file()),
+                    folders[0] / f"{name_or_path}.toml")
     if not path.is_file():
-        available = sorted(p.stem for p in path.parent.glob("*.toml")) if path.parent.is_dir() else []
+        dirs = searched or ([path.parent] if path.parent.is_dir() else [])
+        available = sorted({p.stem for d in dirs for p in d.glob("*.toml")})
         raise FileNotFoundError(f"{path}: no such experiment config (available: {available or 'none'})")
     try:
         with open(path, "rb") as fh:

@@ -20,14 +20,15 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_write_text
-from . import rq1, rq2, rq3, table2
+from . import rq1, rq2, rq3, rq4, table1, table2
 from .runner import SweepResult, load_experiment, read_results, results_path, run_sweep
 
 __all__ = ["EXPERIMENTS", "build_report", "reproduce", "run_log"]
 
 #: Reproducible experiments, in report order.
-EXPERIMENTS = ("rq1", "table2", "rq2")
-FIGURES = {"rq1": "rq1_figure3.png", "table2": "table2_calibration.png", "rq2": "rq2_figure4a.png"}
+EXPERIMENTS = ("rq1", "table2", "rq2", "rq4", "table1")
+FIGURES = {"rq1": "rq1_figure3.png", "table2": "table2_calibration.png", "rq2": "rq2_figure4a.png",
+           "rq4": "rq4_trajectories.png", "table1": "rq2_real_figure4b.png"}
 #: Trained-adapter experiments (RQ3): in the report, but run by name only (not by ``all``).
 RQ3_EXPERIMENTS = ("rq3_rotation", "rq3_grid")
 
@@ -303,7 +304,8 @@ agreement `<V_I1, V_I2>` (CARS, eq. 7, without the variance charge); CARS score 
     return text, claims
 
 
-_SECTIONS = {"rq1": _rq1_section, "table2": _table2_section, "rq2": _rq2_section}
+_SECTIONS = {"rq1": _rq1_section, "table2": _table2_section, "rq2": _rq2_section,
+             "rq4": rq4.report_section, "table1": table1.report_section}  # real embeddings: docs/evidence.md
 
 
 # --------------------------------------------------------------------------- entry points

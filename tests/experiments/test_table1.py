@@ -1,0 +1,87 @@
+"""Table 1 cell = validate_selection on the same pool; aggregation and claims on synthetic
+cells with known answers (holding and failing)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from asymgeo.experiments import table1
+from asymgeo.experiments.real_pool import pool_triples
+from asymgeo.experiments.runner import cell_seed
+from asymgeo.fold_validation import validate_selection
+
+
+@pytest.mark.slow
+def test_cell_equals_validate_selection_on_the_pool(shared_dir):
+    cfg = dict(projection=256, centring="raw", dataset="scifact", encoder="all-MiniLM-L6-v2", fold=2, rank=4,
+               n_splits=2, folds=5, data_dir=str(shared_dir / "data"), cache_dir=str(shared_dir / "embeddings"),
+               pool="train", master_seed=20260809)
+    out = table1.cell(cfg)
+    pool = pool_triples(cfg["dataset"], cfg["encoder"], cfg["data_dir"], cfg["cache_dir"], "train")
+    v = validate_selection(pool.X, pool.D, 0 * pool.D, 4, n_splits=2, selector_dim=256,
+                           seed=cell_seed(20260809, 1), query_ids=list(pool.ids))
+    ref = [c for c in v.cells if c["fold"] == 2]
+    assert out["size"] == [c["size"] for c in ref] and out["selector_dim"] == 256
+    for key in ("loss_shared", "loss_dual", "cars_score", "raw_distance", "sure_score"):
+        assert out[key] == pytest.approx([c[key] for c in ref], rel=1e-9, nan_ok=True)
+    assert out["cars_choice"] == [c["cars_choice"] for c in ref]
+
+
+def _cells(rows):
+    base = dict(projection=256, centring="raw", encoder="e", sure_choice="shared", raw_distance=1.0,
+                corrected_distance=1.0, cars_score=0.0, cars_se=0.1, sure_score=0.0)
+    df = pd.DataFrame([{**base, **r} for r in rows])
+    df["advantage"] = df["loss_shared"] - df["loss_dual"]
+    return df
+
+
+def _row(dataset, fold, size, ls, ld, cars):
+    return dict(dataset=dataset, fold=fold, size=size, rank=4, loss_shared=ls, loss_dual=ld, cars_choice=cars)
+
+
+def test_explode_round_trip():
+    df = pd.DataFrame([dict(projection=0, centring="raw", dataset="d", encoder="e", fold=1, rank=8,
+                            size=[32, 64], loss_shared=[1.0, 0.9], loss_dual=[1.5, 0.8], cars_score=[-1.0, 1.0],
+                            cars_se=[0.1, 0.1], cars_choice=["shared", "dual"], raw_distance=[2.0, 1.0],
+                            corrected_distance=[0.5, 0.4], sure_choice=["shared", "shared"],
+                            sure_score=[-1.0, -0.5])])
+    cells = table1.explode(df)
+    assert list(cells["size"]) == [32, 64] and list(cells["rank"]) == [8, 8]
+    assert cells["advantage"].tolist() == pytest.approx([-0.5, 0.1])
+
+
+def test_summary_and_claims_hold():
+    rows = []
+    for d in ("a", "b"):
+        for f in range(5):
+            rows += [_row(d, f, 32, 1.0, 2.0, "shared"), _row(d, f, 512, 1.0, 0.5, "dual")]  # CARS always right
+    s = table1.summarise(_cells(rows))
+    enc = s[(s.dataset == "all") & (s.encoder == "e")].iloc[0]      # the paper's per-encoder row
+    assert enc.outer_folds == 10 and enc.reduction == 1.0
+    allrow = s[(s.dataset == "all") & (s.encoder == "all")].iloc[0]
+    assert allrow.outer_folds == 10 and allrow.accuracy == 1.0 and allrow.regret_cars == 0.0
+    assert allrow.regret_shared == pytest.approx(0.25) and allrow.regret_dual == pytest.approx(0.5)
+    c = table1.claims(s)
+    assert c["accuracy_holds"] and c["reduction_holds"] and c["fold_wins_holds"]
+    assert (c["fold_wins"], c["outer_folds"]) == (10, 10) and c["reduction_min"] == 1.0
+
+
+def test_claims_fail_when_cars_copies_shared():
+    rows = []
+    for f in range(5):
+        rows += [_row("a", f, 32, 1.0, 2.0, "shared"), _row("a", f, 512, 1.0, 0.5, "shared")]
+    c = table1.claims(table1.summarise(_cells(rows)))
+    assert c["accuracy"] == 0.5 and not c["accuracy_holds"]
+    assert c["fold_wins"] == 0 and not c["fold_wins_holds"]        # ties with always-shared win nothing
+    assert c["reduction_min"] == 0.0 and not c["reduction_holds"]
+    with pytest.raises(ValueError, match="projection"):
+        table1.claims(table1.summarise(_cells(rows)), projection=0)
+
+
+def test_size_correlations():
+    rows = [_row("a", f, 32, 1.0, 1.0 + 0.1 * f, "shared") for f in range(5)]
+    cells = _cells(rows)
+    cells["cars_score"] = [-0.1 * f for f in range(5)]       # ranks agree with L_s - L_d = -0.1 f
+    corr = table1.size_correlations(cells)
+    assert corr.iloc[0].spearman == pytest.approx(1.0) and corr.iloc[0].heldout_dual == 0
