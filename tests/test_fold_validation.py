@@ -38,12 +38,12 @@ def _brute_force(X, Y_pos, Y_neg, rank, folds, sizes, n_splits, seed, centred=Fa
         for m in sorted(nested):
             idx = [int(q) for q in nested[m]]
             C = sum(np.outer(Xf[i], Df[i]) for i in idx) / m
-            ls = heldout_loss(shared_truncate(C, rank, method="dense"), T)
-            ld = heldout_loss(dual_truncate(C, rank, method="dense"), T)
+            ls = heldout_loss(shared_truncate(C, rank, solver="dense"), T)
+            ld = heldout_loss(dual_truncate(C, rank, solver="dense"), T)
             ss = np.random.SeedSequence(seed, spawn_key=(f, m))
             split_seed = int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
             cars = cars_score(Xf[idx], Df[idx], np.zeros_like(Df[idx]), rank, n_splits=n_splits, seed=split_seed,
-                              method="dense")
+                              solver="dense")
             cells.append((f, m, ls, ld, cars.choice, cars.score))
     return cells
 

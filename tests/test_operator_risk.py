@@ -36,8 +36,8 @@ def test_truncation_losses_match_per_rank_truncations(seed, p):
     ranks = list(range(1, p + 1))
     res = truncation_losses(C, T, ranks)
     for j, r in enumerate(ranks):
-        assert res.shared[j] == pytest.approx(heldout_loss(shared_truncate(C, r, method="dense"), T), abs=1e-9)
-        assert res.dual[j] == pytest.approx(heldout_loss(dual_truncate(C, r, method="dense"), T), abs=1e-9)
+        assert res.shared[j] == pytest.approx(heldout_loss(shared_truncate(C, r, solver="dense"), T), abs=1e-9)
+        assert res.dual[j] == pytest.approx(heldout_loss(dual_truncate(C, r, solver="dense"), T), abs=1e-9)
     assert np.allclose(res.advantage, res.shared - res.dual)
 
 

@@ -56,12 +56,12 @@ def _derived_seed(seed: int, *coords: int) -> int:
 
 
 def _sure_choice(X: np.ndarray, D: np.ndarray, rank: int) -> tuple[str, float]:
-    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(method="sure")``;
+    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(selector="sure")``;
     ``("shared", nan)`` when it does not apply (fewer than ``rank`` positive eigenvalues)."""
     from .estimators import GeometrySelector
 
     try:
-        sel = GeometrySelector(rank=rank, method="sure").fit(X, D, np.zeros_like(D))
+        sel = GeometrySelector(rank=rank, selector="sure").fit(X, D, np.zeros_like(D))
     except ValueError:
         return "shared", float("nan")
     return str(sel.choice_), float(sel.score_)
