@@ -177,3 +177,19 @@ def test_fold_cells_bad_input():
         fv.fold_cells(X, D, range(30), range(30, 40), [8], [2], projection=np.eye(5))
     with pytest.raises(ValueError, match="D"):
         fv.fold_cells(X, D[:, :5], range(30), range(30, 40), [8], [2])
+
+
+def test_reduction_is_none_when_the_better_fixed_rule_has_no_regret(shared_dir):
+    """SciFact/MiniLM with 2 folds: always-shared never loses, so 1 - CARS/best-fixed is
+    undefined; the result says None (JSON null), never NaN."""
+    import json
+
+    from asymgeo.data import load_triples
+
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
+    v = fv.validate_selection(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=2, n_splits=2, selector_dim=32, seed=5,
+                           query_ids=tr.query_ids)
+    assert v.regret["shared"] == 0.0 or v.regret["dual"] == 0.0
+    assert v.reduction is None
+    json.dumps(v.as_dict(), allow_nan=False)  # valid JSON

@@ -261,7 +261,8 @@ class SelectionValidation:
     ----------
     cars_accuracy : fraction of (fold, size) cells where CARS chose the lower held-out loss.
     regret : mean regret per rule (``cars``, ``shared``, ``dual``, ``sure``).
-    reduction : 1 - CARS regret / better fixed rule's regret.
+    reduction : 1 - CARS regret / better fixed rule's regret; ``None`` when the better fixed rule
+        has zero regret (nothing to reduce: the quotient is undefined).
     fold_wins : folds where CARS beat both fixed rules strictly.
     folds, per_size : per-fold and per-size figures.
     cells : every (fold, size) cell (losses, scores, choices).
@@ -270,7 +271,7 @@ class SelectionValidation:
 
     cars_accuracy: float
     regret: dict[str, float]
-    reduction: float
+    reduction: float | None
     fold_wins: int
     folds: list[dict[str, Any]]
     per_size: list[dict[str, Any]]
@@ -400,7 +401,7 @@ def validate_selection(
     return SelectionValidation(
         cars_accuracy=s["cars_accuracy"],
         regret=s["regret"],
-        reduction=s["reduction"],
+        reduction=float(s["reduction"]) if np.isfinite(s["reduction"]) else None,
         fold_wins=s["fold_wins"],
         folds=s["folds"],
         per_size=s["per_size"],

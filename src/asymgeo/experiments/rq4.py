@@ -248,7 +248,7 @@ def plot_means(df, path) -> None:
 def frozen_ndcg(df) -> list[dict[str, Any]]:
     """Frozen-encoder test NDCG@10, binary (the paper's) and graded (MTEB's), per dataset x
     encoder of the results table (exact full-corpus search on the cache)."""
-    from ..evaluation import evaluate_frozen
+    from ..data import evaluate_frozen
 
     out = []
     keys = df[["dataset", "encoder", "data_dir", "cache_dir"]].drop_duplicates().itertuples(index=False)
