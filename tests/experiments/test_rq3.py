@@ -231,6 +231,13 @@ def test_quick_variants_run_through_the_runner_and_report(standin, shared_dir, t
     assert "## RQ3: query rotation with trained adapters (Figure 5)" in page
     assert "RQ3 grid (90°): Shared wins most cells at n = 32" in page and "Not run: `asymgeo reproduce rq1 --quick`" in page
     assert (tmp_path / "docs" / "figures" / "rq3_figure6_90deg-quick.png").is_file()
+    # the stand-alone results page: claims, wall times, per-cell tables, figures
+    page2 = rq3.write_results_page(tmp_path, tmp_path / "docs2", names=("rq3_rotation-quick", "rq3_grid-quick"))
+    text2 = page2.read_text()
+    assert "## Claims" in text2 and "## Runs and wall times" in text2 and "test rq3_grid" in text2
+    csv = (tmp_path / "docs2" / "results" / "rq3_grid-quick.csv").read_text().splitlines()
+    assert len(csv) == 1 + len(results["rq3_grid"])  # header + one row per cell
+    assert (tmp_path / "docs2" / "figures" / "rq3_figure5.png").stat().st_size > 0
 
 
 # --------------------------------------------------------------------------- summaries
