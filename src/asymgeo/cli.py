@@ -397,7 +397,9 @@ def _add_export(sub):
     p.add_argument("--format", choices=["sentence-transformers"], default="sentence-transformers",
                    help="export format (default sentence-transformers)")
     p.add_argument("--base", default=None, help="base encoder (default: the encoder the adapter was trained on)")
-    p.add_argument("--out", required=True, help="model folder to write")
+    p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an earlier export at --out (swapped in only when the new one is complete)")
     p.set_defaults(func=_run_export)
     return p
 
@@ -410,7 +412,7 @@ def _run_export(args) -> int:
     base = args.base or (ad.metadata_ or {}).get("encoder")
     if not base:
         raise ValueError(f"{args.adapter}: the adapter does not record its encoder; pass --base")
-    out = export_sentence_transformers(ad, base, args.out)
+    out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite)
     print(f"wrote {out}: SentenceTransformer({str(out)!r}).encode_query / encode_document")
     return 0
 

@@ -50,3 +50,24 @@ def test_export_refuses_a_dimension_mismatch(tmp_path):
     with pytest.raises(ValueError, match="384 dimensions"):
         export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+def test_export_never_replaces_a_folder_that_is_not_an_earlier_export(tmp_path):
+    """A user's own folder is refused before any work, with or without overwrite; an earlier
+    export needs overwrite=True, and then it is replaced only by a complete new export."""
+    ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="not a sentence-transformers model folder"):
+            export_sentence_transformers(ad, "all-MiniLM-L6-v2", mine, overwrite=overwrite)
+    assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    earlier = tmp_path / "model"
+    earlier.mkdir()
+    (earlier / "modules.json").write_text("[]")
+    with pytest.raises(ValueError, match="--overwrite"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier)
+    assert (earlier / "modules.json").read_text() == "[]"
+    out = export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier, overwrite=True)
+    assert (out / "modules.json").read_text() != "[]" and (out / "config_sentence_transformers.json").is_file()

@@ -50,12 +50,28 @@ def _dense(Dense: Any, weight: np.ndarray) -> Any:
     return Dense(W.shape[1], W.shape[0], bias=False, activation_function=None, init_weight=W)
 
 
+def _check_destination(dest: Path, overwrite: bool) -> None:
+    """Refuse, before any work, a destination that would replace something not ours."""
+    if not dest.exists():
+        return
+    if not dest.is_dir():
+        raise ValueError(f"out: {dest} exists and is not a folder")
+    if not any(dest.iterdir()):
+        return  # an empty folder holds nothing to lose
+    if not (dest / "modules.json").is_file():
+        raise ValueError(f"out: {dest} exists and is not a sentence-transformers model folder; "
+                         "choose a new folder (nothing was written)")
+    if not overwrite:
+        raise ValueError(f"out: {dest} already holds a model; pass overwrite=True (--overwrite) to replace it")
+
+
 def export_sentence_transformers(
     adapter: Adapter,
     base: str,
     out: str | os.PathLike,
     *,
     device: str | None = "cpu",
+    overwrite: bool = False,
 ) -> Path:
     """Write a sentence-transformers model folder for ``adapter`` on top of encoder ``base``.
 
@@ -66,6 +82,9 @@ def export_sentence_transformers(
         prefixes and truncation are used) or a model id / folder.
     out : destination folder; written beside it and swapped in only when complete.
     device : torch device used while building (default CPU).
+    overwrite : replace an existing model folder at ``out`` (only a sentence-transformers
+        model folder, one holding ``modules.json``, is ever replaced, and only once the new
+        one is complete); without it an existing non-empty ``out`` is refused before any work.
 
     Returns
     -------
@@ -74,8 +93,10 @@ def export_sentence_transformers(
     Raises
     ------
     ValueError
-        The adapter's dimension differs from the base model's embedding dimension.
+        The adapter's dimension differs from the base model's embedding dimension, or ``out``
+        exists and is not replaceable (see ``overwrite``).
     """
+    _check_destination(Path(out), overwrite)
     from ..data.encoders import get_encoder
 
     adapter._check_fitted()
