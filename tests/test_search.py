@@ -435,3 +435,18 @@ def test_exact_index_bad_input(dtype):
         ExactIndex(np.ones((4, 2))).search(np.ones((1, 3)), 1)
     with pytest.raises(ValueError, match=r"k = 5 is larger than the corpus \(4 documents\)"):
         ExactIndex(np.ones((4, 2))).search(np.ones((1, 2)), 5)
+
+
+def test_explicit_cpu_backend_with_auto_device_runs_on_the_cpu(monkeypatch):
+    """On a CUDA machine, backend='numpy' (or 'faiss') with the default device='auto' must run
+    on the CPU, not refuse (found on a GPU machine): simulated by reporting CUDA as present."""
+    torch = pytest.importorskip("torch")
+    from asymgeo.search import _resolve
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert _resolve("numpy", "auto") == ("numpy", "cpu")
+    assert _resolve("faiss", "auto") == ("faiss", "cpu")
+    assert _resolve("auto", "auto") == ("torch", "cuda")
+    assert _resolve("torch", "auto") == ("torch", "cuda")
+    with pytest.raises(ValueError, match="CPU only"):
+        _resolve("numpy", "cuda")

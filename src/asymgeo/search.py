@@ -491,8 +491,8 @@ def _resolve(backend: str, device: str) -> tuple[str, str]:
                 raise ImportError(
                     "backend='torch' / device='cuda' needs PyTorch: pip install torch"
                 ) from None
-    if device == "auto":
-        device = "cuda" if cuda else "cpu"
+    if device == "auto":  # a CPU-only backend named explicitly runs on the CPU
+        device = "cuda" if cuda and backend in ("auto", "torch") else "cpu"
     if device.startswith("cuda") and not cuda:
         raise ValueError(f"device: {device!r} requested but torch.cuda.is_available() is False")
     if backend == "auto":
