@@ -134,7 +134,7 @@ def test_result_unpacks_and_converts_to_run():
     scores, indices = res
     np.testing.assert_array_equal(indices, [[1, 2]])
     np.testing.assert_array_equal(scores, [[2.0, 1.0]])
-    assert res.backend == "numpy"
+    assert res.backend == ("torch:cuda" if _cuda_available() else "numpy")
     assert res.to_run(["q"], ["a", "b", "c", "d"]) == {"q": {"b": 2.0, "c": 1.0}}
 
 
@@ -293,12 +293,21 @@ def test_parallel_corpus_ranges_equal_brute_force_with_ties(monkeypatch, workers
         np.testing.assert_array_equal(res.scores, exp_s.astype(np.float32))
 
 
-def test_progress_bar_shown_only_when_asked(capsys):
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_progress_bar_shown_only_when_asked(capsys, backend):
     rng = np.random.default_rng(2)
     Q, C = int_data(rng, 5, 1000, 4)
-    plain = exact_search(Q, C, 3, block_size=128)
+    plain = exact_search(Q, C, 3, block_size=128, backend=backend)
     assert "exact search" not in capsys.readouterr().err
-    shown = exact_search(Q, C, 3, block_size=128, progress=True)
+    shown = exact_search(Q, C, 3, block_size=128, progress=True, backend=backend)
     np.testing.assert_array_equal(plain.indices, shown.indices)
     err = capsys.readouterr().err
     assert "exact search" in err and "/1.00k" in err

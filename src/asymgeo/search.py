@@ -370,7 +370,8 @@ def _search_numpy_parallel(
 
 # --------------------------------------------------------------------------- torch backend
 def _search_torch(
-    Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str, prepared: Any = None
+    Q: np.ndarray, corpus: np.ndarray, k: int, block: int | None, device: str, prepared: Any = None,
+    bar: Any = None,
 ) -> SearchResult:
     """The torch backend; ``prepared`` is the whole corpus as a float32 tensor on ``device``
     (checked finite once, by :class:`ExactIndex`), else blocks are moved per call."""
@@ -394,7 +395,10 @@ def _search_torch(
             if prepared is not None:
                 C = prepared[d0:d1]
             else:
-                C = torch.from_numpy(np.ascontiguousarray(corpus[d0:d1])).to(dev).float()
+                part = np.ascontiguousarray(corpus[d0:d1])
+                if not part.flags.writeable:  # read-only memmaps: torch wants a writable buffer
+                    part = part.copy()
+                C = torch.from_numpy(part).to(dev).float()
                 bad = ~torch.isfinite(C).all(dim=1)
                 if bool(bad.any()):
                     row = int(torch.nonzero(bad)[0, 0]) + d0
@@ -425,6 +429,8 @@ def _search_torch(
                 o2 = torch.argsort(cs, dim=1, descending=True, stable=True)[:, :k]
                 top_s[q0:q1] = cs.gather(1, o2)
                 top_i[q0:q1] = ci.gather(1, o2)
+            if bar is not None:
+                bar.update(B)
         scores = top_s.cpu().numpy()
         indices = top_i.cpu().numpy()
     finally:
@@ -538,7 +544,7 @@ def exact_search(
         ``faiss.IndexFlatIP`` on the benchmark machine, without its float32 copy of
         the corpus; see docs/benchmarks.md).
     progress : bool or None
-        Show a progress bar over corpus documents (numpy backend): True always,
+        Show a progress bar over corpus documents (numpy and torch backends): True always,
         False never (default), None only when stderr is a terminal.
 
     Returns
@@ -705,7 +711,7 @@ class ExactIndex:
         queries : (n, p) array
         k : int, ``1 <= k <= N``
         progress : bool or None
-            Progress bar over corpus documents (numpy backend), as in :func:`exact_search`.
+            Progress bar over corpus documents (numpy and torch backends), as in :func:`exact_search`.
 
         Returns
         -------
@@ -715,7 +721,11 @@ class ExactIndex:
         C = self.corpus_
         k = _check_k(k, C.shape[0])
         if self.backend_ == "torch":
-            return _search_torch(Q, C, k, self.block_size, self.device_, self._device_corpus)
+            from tqdm.auto import tqdm
+
+            with tqdm(total=C.shape[0], unit="doc", unit_scale=True, desc="exact search",
+                      disable=None if progress is None else not progress, leave=False) as bar:
+                return _search_torch(Q, C, k, self.block_size, self.device_, self._device_corpus, bar)
         if self.backend_ == "faiss":
             return _search_faiss(Q, C, k, self._faiss)
         block = _block_size(Q.shape[0], C.shape[0], k, _CPU_TILE_BYTES, self.block_size)
