@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,8 @@ import numpy as np
 
 from .._atomic import atomic_write_text
 from . import rq1, rq2, rq3, rq4, table1, table2
+from ._markdown import md_table as _table
+from ._markdown import verdict as _verdict
 from .runner import SweepResult, load_experiment, read_results, results_path, run_sweep
 
 __all__ = ["EXPERIMENTS", "build_report", "reproduce", "run_log"]
@@ -34,21 +35,6 @@ RQ3_EXPERIMENTS = ("rq3_rotation", "rq3_grid")
 
 
 # --------------------------------------------------------------------------- helpers
-def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _verdict(ok: bool | None) -> str:
-    return {True: "**yes**", False: "**no**", None: "n/a"}[ok]
-
-
 def run_log(results_dir: str | os.PathLike, name: str) -> list[dict]:
     """The invocations recorded in ``<results>/<name>/runs.jsonl`` (oldest first)."""
     path = results_path(results_dir, name) / "runs.jsonl"

@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from ._markdown import md_table as _md_table
+from ._markdown import verdict
 from .runner import cell_seed
 
 logger = logging.getLogger(__name__)
@@ -623,14 +625,9 @@ def plot_grid(summary: Any, path: str | Path, angle: float) -> None:
 
 
 # --------------------------------------------------------------------------- report
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _verdict(ok: Any) -> str:
-    return "n/a" if ok is None or (isinstance(ok, float) and np.isnan(ok)) else ("**yes**" if ok else "**no**")
+    """``**yes**`` / ``**no**``; ``n/a`` for None or NaN (a claim without the data to judge it)."""
+    return verdict(None if ok is None or (isinstance(ok, float) and np.isnan(ok)) else bool(ok))
 
 
 def report_section(results: Mapping[str, Any], fig_dir: str | Path, fig_rel: str = "figures",
