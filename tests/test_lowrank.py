@@ -184,3 +184,141 @@ def test_krylov_probe_separates_gapped_from_gapless_spectra():
     G = rng.standard_normal((p, p))
     assert not krylov_suits(G / np.sqrt(p), r)  # no gap anywhere
     assert not krylov_suits(np.eye(64), 2)  # too small to be worth a probe
+
+
+# --- mixed precision (float32 reduction, float64 refinement) and the pivoted thin basis ---
+
+from asymgeo._lowrank import (  # noqa: E402
+    _congruence,
+    _thin_core,
+    _Tridiagonal,
+    mixed_top_eigen,
+    top_sym_eigen,
+)
+
+
+def _flat_moment(rng: np.random.Generator, m: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Factors of a moment like a real half: correlated unit rows, no gap in the spectrum."""
+    Z = rng.standard_normal((m, 24))
+    X = Z @ rng.standard_normal((24, p)) + rng.standard_normal((m, p))
+    D = Z @ rng.standard_normal((24, p)) + 2.0 * rng.standard_normal((m, p))
+    return X / np.linalg.norm(X, axis=1, keepdims=True), D / np.linalg.norm(D, axis=1, keepdims=True)
+
+
+def test_tridiagonal_reduction_is_an_orthogonal_similarity():
+    """Q from the float32 reflectors (compact WY blocks) is orthogonal to float32 precision and
+    Q^T S Q is the tridiagonal (d, e) that LAPACK reported: checked by explicit products."""
+    rng = np.random.default_rng(20)
+    p = 300
+    G = rng.standard_normal((p, p))
+    S = ((G + G.T) / 2).astype(np.float32)
+    tri = _Tridiagonal(np.asfortranarray(S.copy()))
+    Q = tri.apply_q(np.eye(p, dtype=np.float32)).astype(np.float64)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(p), atol=2e-5)
+    T = np.diag(tri.d) + np.diag(tri.e, 1) + np.diag(tri.e, -1)
+    np.testing.assert_allclose(Q.T @ S.astype(np.float64) @ Q, T, atol=2e-4 * np.abs(S).max())
+    # Q^T applied through the transposed blocks is the inverse
+    Z = rng.standard_normal((p, 5)).astype(np.float32)
+    np.testing.assert_allclose(tri.apply_q(tri.apply_q(Z), transpose=True), Z, atol=1e-4)
+    # the top eigenvectors of T (bisection + inverse iteration) against numpy
+    Y = tri.top_eigenvectors(7)
+    wt, Yt = np.linalg.eigh(T)
+    np.testing.assert_allclose(_projector(Y), _projector(Yt[:, ::-1][:, :7]), atol=1e-8)
+
+
+@pytest.mark.parametrize("m,p,r", [(150, 300, 8), (400, 768, 16), (700, 512, 32)])
+def test_mixed_eigen_matches_lapack_without_a_gap(m, p, r):
+    """Top-r eigenpairs of sym(c X^T D) from a float32 reduction refined in float64 equal
+    the float64 LAPACK answer, on spectra without a gap (as real embedding moments)."""
+    rng = np.random.default_rng(m + p + r)
+    X, D = _flat_moment(rng, m, p)
+    c = 1.0 / m
+    reset_path_counts()
+    w, Q = top_sym_eigen(X, D, c, r)
+    assert path_counts() == {"eigen:mixed": 1}
+    S = c * (X.T @ D)
+    S = (S + S.T) / 2
+    wd, Qd = np.linalg.eigh(S)
+    np.testing.assert_allclose(w, wd[::-1][:r], rtol=1e-11, atol=1e-12 * np.abs(wd).max())
+    # the truncation the selector uses, P = Q diag(w) Q^T
+    ref = (Qd[:, ::-1][:, :r] * wd[::-1][:r]) @ Qd[:, ::-1][:, :r].T
+    np.testing.assert_allclose((Q * w) @ Q.T, ref, atol=1e-9 * np.abs(wd).max())
+    np.testing.assert_allclose(Q.T @ Q, np.eye(r), atol=1e-12)
+    assert np.linalg.norm(S @ Q - Q * w, axis=0).max() <= 1e-10 * np.linalg.norm(S)
+
+
+def test_mixed_eigen_refuses_a_bad_float32_copy_and_the_dense_path_answers():
+    """A float32 'copy' of another matrix cannot be refined to a certificate: the solver
+    says None and top_sym_eigen falls back to float64 LAPACK (counted as such)."""
+    rng = np.random.default_rng(21)
+    m, p, r = 200, 300, 8
+    X, D = _flat_moment(rng, m, p)
+    c = 1.0 / m
+    S = c * (X.T @ D)
+    S = (S + S.T) / 2
+    G = rng.standard_normal((p, p))
+    wrong = ((G + G.T) / 2).astype(np.float32)
+    assert mixed_top_eigen(wrong, lambda W: S @ W, r, max_iter=1) is None
+    reset_path_counts()
+    w, _ = top_sym_eigen(X, D, c, r, S32=wrong)
+    counts = path_counts()
+    assert "eigen:mixed" not in counts and counts.get("eigen:subset") == 1
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(S)[::-1][:r], rtol=1e-10)
+
+
+def test_small_dimension_goes_dense():
+    rng = np.random.default_rng(22)
+    X, D = _flat_moment(rng, 40, 64)
+    reset_path_counts()
+    top_sym_eigen(X, D, 1 / 40, 4)
+    assert path_counts() == {"eigen:subset": 1}
+
+
+def test_mixed_eigen_on_a_real_half_moment(shared_dir):
+    """The MPNet SciFact training triples (p = 768): one half moment, mixed path, against
+    float64 LAPACK on the same matrix."""
+    from asymgeo.data import load_triples
+
+    t = load_triples(shared_dir / "data" / "scifact", "all-mpnet-base-v2", "train",
+                     cache_dir=shared_dir / "embeddings")
+    X, Yp, Yn = (np.asarray(a, dtype=np.float64) for a in t.arrays())
+    idx = np.random.default_rng(0).permutation(X.shape[0])[: X.shape[0] // 2]
+    Xh, Dh = X[idx], (Yp - Yn)[idx]
+    c, r = 1.0 / idx.size, 16
+    reset_path_counts()
+    w, Q = top_sym_eigen(Xh, Dh, c, r)
+    assert path_counts() == {"eigen:mixed": 1}
+    S = c * (Xh.T @ Dh)
+    S = (S + S.T) / 2
+    wd, Qd = np.linalg.eigh(S)
+    ref = (Qd[:, ::-1][:, :r] * wd[::-1][:r]) @ Qd[:, ::-1][:, :r].T
+    np.testing.assert_allclose((Q * w) @ Q.T, ref, atol=1e-9 * np.abs(wd).max())
+
+
+def test_pivoted_thin_basis_handles_exact_duplicates():
+    """Repeated rows make A A^T singular: pivoted Cholesky finds the rank, and the core
+    answer (before any fallback) already equals the SVD of C."""
+    rng = np.random.default_rng(23)
+    m, p, r = 120, 400, 8
+    A, B = rng.standard_normal((m, p)), rng.standard_normal((m, p))
+    A[10:20] = A[0]  # ten copies of one query
+    c = 1.0 / m
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(A @ A.T)
+    out = _thin_core(A, B, c, r, (A @ A.T, B @ B.T))
+    assert out is not None
+    U, s, V = out
+    _check_singular(c * (A.T @ B), r, U, s, V)
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(2, 40), k_gap=st.integers(0, 10), seed=st.integers(0, 10**6))
+def test_congruence_equals_the_plain_products(m, k_gap, seed):
+    """c L^T H L with triangular BLAS on the leading block equals the general product."""
+    rng = np.random.default_rng(seed)
+    k = max(1, m - k_gap)
+    L = np.tril(rng.standard_normal((m, k)))
+    G = rng.standard_normal((m, m))
+    H = G @ G.T
+    np.testing.assert_allclose(_congruence(L, H, 0.3), 0.3 * L.T @ H @ L, rtol=1e-10,
+                               atol=1e-12 * np.abs(H).max() * max(1.0, np.abs(L).max()) ** 2 * m)

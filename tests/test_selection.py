@@ -312,3 +312,27 @@ def test_cars_thin_factor_path_matches_naive_with_repeated_rows():
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, r, splits))
     assert counts.get("singular:thin", 0) == 2 * len(splits) + 1  # every half and the full moment
     assert counts.get("singular:full", 0) == 0
+
+
+@pytest.mark.parametrize("complement", [True, False])
+def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(shared_dir, complement):
+    """Real MPNet SciFact triples (p = 768, queries with several positives repeat): every
+    half's SVD runs on its thin factors and every half's symmetric part on the
+    mixed-precision solver (float32 moment, by complement when the halves cover the data);
+    the score equals the loop-based naive one to 1e-8."""
+    from asymgeo._lowrank import path_counts, reset_path_counts
+    from asymgeo.data import load_beir, load_triples
+
+    data = shared_dir / "data" / "scifact"
+    ids = load_beir(data).labelled_query_ids("train")
+    t = load_triples(data, "all-mpnet-base-v2", ids, cache_dir=shared_dir / "embeddings")
+    X, Yp, Yn = (np.asarray(a, dtype=np.float64)[:240] for a in t.arrays())
+    rng = np.random.default_rng(5)
+    splits = _random_splits(rng, X.shape[0], 2, complement=complement)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, 8, splits=splits, n_jobs=1)
+    counts = path_counts()
+    assert counts.get("eigen:mixed") == 2 * len(splits)
+    assert counts.get("singular:thin") == 2 * len(splits) + 1
+    assert counts.get("singular:full", 0) == 0 and counts.get("eigen:full", 0) == 0
+    _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._deprecation import renamed_argument
-from ._lowrank import krylov_suits, top_eigen, top_singular
+from ._lowrank import MIXED_MIN_DIM, krylov_suits, top_eigen, top_singular, top_sym_eigen
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -230,32 +230,88 @@ def _split_term(
     method: str,
     starts: tuple[np.ndarray | None, np.ndarray | None],
     grams: tuple[np.ndarray, np.ndarray] | None,
+    low: _LowPrecision | None = None,
 ) -> tuple[float, float]:
     """``(<V_I1, V_I2>_F, ||V_I1 - V_I2||_F^2)`` of one half-split.
 
     ``grams`` are the full-data ``(X X^T, D D^T)``: a half's Gram matrices are their
-    sub-blocks, so its thin-factor SVD costs only (m, m) work.
+    sub-blocks, so its thin-factor SVD costs only (m, m) work.  ``low`` (dense solver,
+    p >= 256): float32 copies for the mixed-precision eigensolver of each half's
+    symmetric part; the half moments are then never formed in float64.
     """
     I1, I2 = pair
     n = X.shape[0]
     m1, m2 = I1.size, I2.size
     X1, D1, X2, D2 = X[I1], D[I1], X[I2], D[I2]
-    C1 = X1.T @ D1 / m1
-    if m1 + m2 == n:  # complement: C2 from the full moment, half the work
-        C2 = (n * C_all - m1 * C1) / m2
-    else:
-        C2 = X2.T @ D2 / m2
     g1 = g2 = None
     if grams is not None:
         g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
         g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
-    f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                          factors=(X1, D1, 1.0 / m1), grams=g1)
-    f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                          factors=(X2, D2, 1.0 / m2), grams=g2)
+    if low is not None:
+        S1, S2 = low.half_symmetric_parts(I1, I2, n)
+        f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
+        f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
+    else:
+        C1 = X1.T @ D1 / m1
+        if m1 + m2 == n:  # complement: C2 from the full moment, half the work
+            C2 = (n * C_all - m1 * C1) / m2
+        else:
+            C2 = X2.T @ D2 / m2
+        f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                              factors=(X1, D1, 1.0 / m1), grams=g1)
+        f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                              factors=(X2, D2, 1.0 / m2), grams=g2)
     a = _inner(f1, f2)
     n1, n2 = _inner(f1, f1), _inner(f2, f2)
     return a, max(n1 + n2 - 2.0 * a, 0.0)
+
+
+def _gram(A: np.ndarray) -> np.ndarray:
+    """``A A^T`` by BLAS ``syrk`` (half the flops of a general product), both triangles."""
+    from scipy.linalg import blas
+
+    G = blas.dsyrk(1.0, A, lower=1)
+    return np.tril(G) + np.tril(G, -1).T
+
+
+def _half_residual_factors(
+    Xh: np.ndarray, Dh: np.ndarray, c: float, rank: int,
+    grams: tuple[np.ndarray, np.ndarray] | None, S32: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`residual_factors` of the half moment ``c Xh^T Dh``, from its factors only."""
+    U, s, V = top_singular(None, rank, factors=(Xh, Dh, c), grams=grams)
+    eta, Q = top_sym_eigen(Xh, Dh, c, rank, S32=S32, overwrite=True)
+    eta = np.maximum(eta, 0.0)
+    return np.concatenate([U * s, -(Q * eta)], axis=1), np.concatenate([V, Q], axis=1)
+
+
+@dataclass
+class _LowPrecision:
+    """float32 copies of the triples and of ``sym(C_all)`` for the mixed-precision path."""
+
+    X32: np.ndarray
+    D32: np.ndarray
+    S_all32: np.ndarray
+
+    @classmethod
+    def build(cls, X: np.ndarray, D: np.ndarray, C_all: np.ndarray) -> _LowPrecision:
+        S = sym(C_all).astype(np.float32)
+        return cls(X.astype(np.float32), D.astype(np.float32), np.asfortranarray(S))
+
+    def symmetric_part(self, idx: np.ndarray) -> np.ndarray:
+        """Lower triangle of ``sym(C_I)`` in float32 (BLAS ``ssyr2k``, Fortran order)."""
+        from scipy.linalg import blas
+
+        return blas.ssyr2k(0.5 / idx.size, self.X32[idx].T, self.D32[idx].T, lower=1)
+
+    def half_symmetric_parts(self, I1: np.ndarray, I2: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        S1 = self.symmetric_part(I1)
+        m1, m2 = I1.size, I2.size
+        if m1 + m2 != n:
+            return S1, self.symmetric_part(I2)
+        S2 = self.S_all32 * np.float32(n / m2)  # complement: n S = m1 S1 + m2 S2
+        S2 -= np.float32(m1 / m2) * S1
+        return S1, S2
 
 
 def _map_splits(
@@ -358,8 +414,10 @@ def cars_score(
         starts = _krylov_starts(C_all, full, rank, method)
         # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
         # sub-blocks of the full-data ones, computed once here.
-        grams = (X @ X.T, D @ D.T) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
-        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams),
+        grams = (_gram(X), _gram(D)) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
+        # Dense solver at p >= 256: each half's symmetric part by the mixed-precision solver.
+        low = _LowPrecision.build(X, D, C_all) if method != "krylov" and p >= MIXED_MIN_DIM else None
+        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams, low),
                             split_list, n_jobs, p)
     return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
 
