@@ -37,6 +37,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from . import _nogil
+
 __all__ = [
     "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "path_counts",
     "reset_path_counts",
@@ -84,9 +86,7 @@ def _top_eigh(S: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, str]:
     """The r largest eigenpairs of symmetric S (descending) and the path that ran."""
     p = S.shape[0]
     if r < p * _SUBSET_MAX_FRACTION:
-        from scipy.linalg import eigh
-
-        w, Q = eigh(S, subset_by_index=[p - r, p - 1], driver="evr", check_finite=False)
+        w, Q = _nogil.dsyevr_top(S, r)
         return w[::-1], Q[:, ::-1], "subset"
     w, Q = np.linalg.eigh(S)
     return w[::-1][:r], Q[:, ::-1][:, :r], "full"
@@ -126,10 +126,11 @@ def _pivoted_basis(G: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
     Exact duplicate rows (a query with several positives) make ``G`` singular: pivoting
     finds the independent rows instead of failing as a plain Cholesky does.
     """
-    from scipy.linalg import lapack
-
-    c, piv, k, info = lapack.dpstrf(G, lower=1)
-    if info < 0 or k < 1:
+    try:
+        c, piv, k = _nogil.dpstrf(G)
+    except np.linalg.LinAlgError:
+        return None
+    if k < 1:
         return None
     return np.tril(c[:, :k]), piv - 1, int(k)
 
@@ -169,14 +170,12 @@ def _thin_core(
 def _congruence(L: np.ndarray, H: np.ndarray, c: float) -> np.ndarray:
     """``c L^T H L`` for lower-trapezoidal ``L`` (m, k) and symmetric ``H`` (m, m), using the
     triangular block ``L[:k]`` (BLAS trmm: half the flops of general products)."""
-    from scipy.linalg import blas
-
     k = L.shape[1]
     L1 = np.asfortranarray(L[:k])
-    M = blas.dtrmm(1.0, L1, np.asfortranarray(H[:, :k]), side=1, lower=1)  # H[:, :k] L1
+    M = _nogil.dtrmm(1.0, L1, H[:, :k], right=True, transpose=False)  # H[:, :k] L1
     if k < L.shape[0]:
         M += H[:, k:] @ L[k:]
-    out = blas.dtrmm(c, L1, np.asfortranarray(M[:k]), lower=1, trans_a=1)  # c L1^T M[:k]
+    out = _nogil.dtrmm(c, L1, M[:k], right=False, transpose=True)  # c L1^T M[:k]
     if k < L.shape[0]:
         out += c * (L[k:].T @ M[k:])
     return (out + out.T) / 2.0
@@ -557,48 +556,54 @@ def krylov_suits(C: np.ndarray, r: int, tol: float = 1e-10) -> bool:
 # Reflectors are applied in compact-WY blocks of this many columns.
 _WY_BLOCK = 64
 # Extra Ritz pairs kept beyond r (absorbs near-degenerate pairs at the truncation edge).
-_MIXED_EXTRA = 8
+_MIXED_EXTRA = 12
 # Below this dimension the float64 subset solver is as fast: no mixed precision.
 MIXED_MIN_DIM = 256
 
 
-class _Tridiagonal:
-    """``S32 = Q T Q^T`` from LAPACK ``ssytrd`` (float32), with ``Q`` in compact-WY blocks.
+def _wy_blocks(c: np.ndarray, tau: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Compact-WY blocks ``(first row, V, T^{-1})`` of ``Q = H_1 ... H_{p-1}`` from ``ssytrd``.
 
-    ``Q = H_1 H_2 ... H_{p-1}`` with ``H_i = I - tau_i v_i v_i^T``; a block of
-    consecutive reflectors is ``I - V T V^T`` with ``T^{-1} = striu(V^T V) + diag(1/tau)``
-    (Puglisi's identity; holds for any non-zero tau), so applying ``Q`` or ``Q^T`` to a
-    (p, k) block costs a few BLAS-3 products per block and one small triangular solve.
+    A block of consecutive reflectors ``H_i = I - tau_i v_i v_i^T`` is ``I - V T V^T``
+    with ``T^{-1} = striu(V^T V) + diag(1/tau)`` (Puglisi's identity; holds for any
+    non-zero tau).
     """
+    p = c.shape[0]
+    blocks = []
+    for j0 in range(0, p - 1, _WY_BLOCK):
+        j1 = min(j0 + _WY_BLOCK, p - 1)
+        k = j1 - j0
+        V = np.tril(c[j0 + 1 :, j0:j1], -1)  # rows j0+1.., unit diagonal implicit
+        V[np.arange(k), np.arange(k)] = 1.0
+        t = tau[j0:j1]
+        keep = t != 0  # tau = 0: the reflector is the identity
+        if not keep.all():
+            V, t = V[:, keep], t[keep]
+        if t.size == 0:
+            continue
+        T_inv = np.triu(V.T @ V, 1)
+        T_inv[np.diag_indices_from(T_inv)] = 1.0 / t
+        blocks.append((j0 + 1, V, T_inv))
+    return blocks
+
+
+class _Tridiagonal:
+    """``S32 = Q T Q^T`` from LAPACK ``ssytrd`` (float32); ``Q`` is applied by ``sormtr``
+    (or, without SciPy's Cython LAPACK, by compact-WY blocks: :func:`_wy_blocks`)."""
 
     def __init__(self, S32: np.ndarray) -> None:
-        from scipy.linalg import lapack
-
-        p = S32.shape[0]
-        lwork = int(lapack.ssytrd_lwork(p, lower=1)[0])
-        c, d, e, tau, info = lapack.ssytrd(S32, lower=1, lwork=max(lwork, 1), overwrite_a=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"ssytrd failed (info={info})")
+        c, d, e, tau = _nogil.ssytrd(S32)
         self.d = d.astype(np.float64)
         self.e = e.astype(np.float64)
-        self.blocks: list[tuple[int, np.ndarray, np.ndarray]] = []
-        for j0 in range(0, p - 1, _WY_BLOCK):
-            j1 = min(j0 + _WY_BLOCK, p - 1)
-            k = j1 - j0
-            V = np.tril(c[j0 + 1 :, j0:j1], -1)  # rows j0+1.., unit diagonal implicit
-            V[np.arange(k), np.arange(k)] = 1.0
-            t = tau[j0:j1]
-            keep = t != 0  # tau = 0: the reflector is the identity
-            if not keep.all():
-                V, t = V[:, keep], t[keep]
-            if t.size == 0:
-                continue
-            T_inv = np.triu(V.T @ V, 1)
-            T_inv[np.diag_indices_from(T_inv)] = 1.0 / t
-            self.blocks.append((j0 + 1, V, T_inv))
+        self._reflectors, self._tau = c, tau
+        # without SciPy's Cython LAPACK (no sormtr there): compact-WY blocks, applied by numpy
+        self._sormtr = _nogil.available()
+        self.blocks = [] if self._sormtr else _wy_blocks(c, tau)
 
     def apply_q(self, Z: np.ndarray, transpose: bool = False) -> np.ndarray:
-        """``Q @ Z`` (or ``Q.T @ Z``) in float32."""
+        """``Q @ Z`` (or ``Q.T @ Z``) in float32 (LAPACK ``sormtr``, else the WY blocks)."""
+        if self._sormtr:
+            return _nogil.sormtr(self._reflectors, self._tau, Z, transpose)
         from scipy.linalg import solve_triangular
 
         Z = np.array(Z, dtype=np.float32, order="C")
@@ -612,21 +617,18 @@ class _Tridiagonal:
     def top_eigenvectors(self, b: int) -> np.ndarray | None:
         """The top-b eigenvectors of ``T`` (float64, descending), or None.
 
-        Eigenvalues by bisection (LAPACK ``stebz``, to 1e-10 of ``||T||``: they only seed
+        Eigenvalues by bisection (LAPACK ``stebz``, to 1e-6 of ``||T||``: they only seed
         the refinement), vectors by inverse iteration (``stein``): O(p b) work.
         """
-        from scipy.linalg import lapack
-
         p = self.d.size
         norm = float(np.abs(self.d).max() + 2.0 * np.abs(self.e).max(initial=0.0))
-        m, w, block, split, info = lapack.dstebz(self.d, self.e, 3, 0.0, 0.0, p - b + 1, p,
-                                                  1e-10 * norm, "B")
-        if info != 0 or m != b:
+        try:
+            w, block, split = _nogil.dstebz_index(self.d, self.e, p - b + 1, p, 1e-6 * norm)
+            if w.size != b:
+                return None
+            return _nogil.dstein(self.d, self.e, w, block, split)[:, ::-1]
+        except np.linalg.LinAlgError:
             return None
-        z, info = lapack.dstein(self.d, self.e, w[:b], block, split)
-        if info != 0:
-            return None
-        return z[:, ::-1]
 
     def solve_shifted(self, R: np.ndarray, shifts: np.ndarray) -> np.ndarray | None:
         """Columns ``(T - shifts[i] I)^{-1} R[:, i]`` (LAPACK gtsv), or None if singular."""

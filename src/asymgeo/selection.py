@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _nogil
 from ._deprecation import renamed_argument
 from ._lowrank import MIXED_MIN_DIM, krylov_suits, top_eigen, top_singular, top_sym_eigen
 from ._runtime import available_cpus, limit_blas_threads
@@ -300,9 +301,7 @@ class _LowPrecision:
 
     def symmetric_part(self, idx: np.ndarray) -> np.ndarray:
         """Lower triangle of ``sym(C_I)`` in float32 (BLAS ``ssyr2k``, Fortran order)."""
-        from scipy.linalg import blas
-
-        return blas.ssyr2k(0.5 / idx.size, self.X32[idx].T, self.D32[idx].T, lower=1)
+        return _nogil.ssyr2k_lower(0.5 / idx.size, self.X32[idx], self.D32[idx])
 
     def half_symmetric_parts(self, I1: np.ndarray, I2: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         S1 = self.symmetric_part(I1)
