@@ -205,14 +205,21 @@ def _flat_moment(rng: np.random.Generator, m: int, p: int) -> tuple[np.ndarray, 
     return X / np.linalg.norm(X, axis=1, keepdims=True), D / np.linalg.norm(D, axis=1, keepdims=True)
 
 
-def test_tridiagonal_reduction_is_an_orthogonal_similarity():
-    """Q from the float32 reflectors (compact WY blocks) is orthogonal to float32 precision and
-    Q^T S Q is the tridiagonal (d, e) that LAPACK reported: checked by explicit products."""
+@pytest.mark.parametrize("cython_api", [True, False])
+def test_tridiagonal_reduction_is_an_orthogonal_similarity(cython_api, monkeypatch):
+    """Q from the float32 reflectors (LAPACK sormtr, or compact WY blocks without SciPy's
+    Cython API) is orthogonal to float32 precision and Q^T S Q is the tridiagonal (d, e)
+    that LAPACK reported: checked by explicit products."""
+    from asymgeo import _nogil
+
+    if not cython_api:
+        monkeypatch.setattr(_nogil, "available", lambda: False)
     rng = np.random.default_rng(20)
     p = 300
     G = rng.standard_normal((p, p))
     S = ((G + G.T) / 2).astype(np.float32)
     tri = _Tridiagonal(np.asfortranarray(S.copy()))
+    assert bool(tri.blocks) is not cython_api  # which way Q is applied
     Q = tri.apply_q(np.eye(p, dtype=np.float32)).astype(np.float64)
     np.testing.assert_allclose(Q.T @ Q, np.eye(p), atol=2e-5)
     T = np.diag(tri.d) + np.diag(tri.e, 1) + np.diag(tri.e, -1)
@@ -221,7 +228,7 @@ def test_tridiagonal_reduction_is_an_orthogonal_similarity():
     Z = rng.standard_normal((p, 5)).astype(np.float32)
     np.testing.assert_allclose(tri.apply_q(tri.apply_q(Z), transpose=True), Z, atol=1e-4)
     # the top eigenvectors of T (bisection + inverse iteration) against numpy
-    Y = tri.top_eigenvectors(7)
+    Y = tri.top_eigenvectors(7, 7)
     wt, Yt = np.linalg.eigh(T)
     np.testing.assert_allclose(_projector(Y), _projector(Yt[:, ::-1][:, :7]), atol=1e-8)
 
@@ -264,6 +271,26 @@ def test_mixed_eigen_refuses_a_bad_float32_copy_and_the_dense_path_answers():
     counts = path_counts()
     assert "eigen:mixed" not in counts and counts.get("eigen:subset") == 1
     np.testing.assert_allclose(w, np.linalg.eigvalsh(S)[::-1][:r], rtol=1e-10)
+
+
+def test_a_cluster_across_the_truncation_edge_goes_to_float64():
+    """Eigenvalues r and r+1 within 1e-6 of each other: float32 rounding mixes them, so the
+    mixed solver declines at once (before refining) and float64 LAPACK answers."""
+    rng = np.random.default_rng(24)
+    p, r = 300, 10
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    w = np.concatenate([np.linspace(5.0, 2.0, r - 1), 1.0 + 1e-7 * np.arange(20)[::-1],
+                        rng.uniform(-1.0, 0.5, p - r - 19)])
+    S = (Q * w) @ Q.T
+    assert mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r) is None
+    from asymgeo._lowrank import mixed_suits
+
+    assert not mixed_suits(S, r)
+    assert mixed_suits(S, 5)  # well separated at r = 5
+    reset_path_counts()
+    wt, _ = top_eigen(S, r, mixed=True)
+    assert path_counts() == {"eigen:subset": 1}
+    np.testing.assert_allclose(wt, np.sort(w)[::-1][:r], rtol=1e-12)
 
 
 def test_small_dimension_goes_dense():

@@ -336,3 +336,30 @@ def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(share
     assert counts.get("singular:thin") == 2 * len(splits) + 1
     assert counts.get("singular:full", 0) == 0 and counts.get("eigen:full", 0) == 0
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))
+
+
+def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(monkeypatch):
+    """Halves of more than 3p/4 triples (p = 256): the moment is formed in float64, the mixed
+    solver refines with it; when the full-data probe declines, float64 LAPACK answers every
+    half. Both equal the naive score."""
+    import asymgeo.selection as selection
+    from asymgeo._lowrank import path_counts, reset_path_counts
+
+    rng = np.random.default_rng(31)
+    n, p, r = 600, 256, 4
+    X, Yp, Yn = _triples(rng, n, p, asym=0.3)
+    splits = _random_splits(rng, n, 2)
+    naive = naive_cars_score(X, Yp, Yn, r, splits)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1, solver="dense")
+    counts = path_counts()
+    assert counts.get("eigen:mixed") == 2 * len(splits)
+    assert counts.get("singular:thin", 0) == 0
+    _assert_close_to_naive(res, naive)
+
+    monkeypatch.setattr(selection, "mixed_suits", lambda C, rank: False)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1, solver="dense")
+    counts = path_counts()
+    assert "eigen:mixed" not in counts and counts.get("eigen:subset") == 2 * len(splits) + 1
+    _assert_close_to_naive(res, naive)

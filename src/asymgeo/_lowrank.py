@@ -40,7 +40,7 @@ import numpy as np
 from . import _nogil
 
 __all__ = [
-    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "path_counts",
+    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_suits", "path_counts",
     "reset_path_counts",
 ]
 
@@ -422,20 +422,44 @@ def top_eigen(
     method: str = "auto",
     tol: float = 1e-10,
     rng: np.random.Generator | None = None,
+    mixed: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The ``r`` algebraically largest eigenpairs of symmetric ``S`` (p, p), descending.
 
     ``method``: ``"auto"``/``"dense"`` (LAPACK syevr on an index subset when
     ``r < p/3``, certified by ``||S x - t x|| <= tol * ||S||_F``, else full syevd) or
     ``"krylov"`` (block Lanczos seeded with ``start``; accepted only if
-    ``||S x - t x|| <= tol * ||S||_2`` for every pair, else dense).
+    ``||S x - t x|| <= tol * ||S||_2`` for every pair, else dense).  ``mixed=True``
+    (dense methods, p >= 256): first :func:`mixed_top_eigen` on a float32 copy, refined
+    with ``S`` itself (counted ``eigen:mixed``).
     """
     p = S.shape[0]
     if _use_krylov(method, r, p):
         out = _krylov_eigen(S, r, start, tol, rng)
         if out is not None:
             return out
+    elif mixed and p >= MIXED_MIN_DIM:
+        found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, tol=tol, overwrite=True)
+        if found is not None:
+            _count("eigen:mixed")
+            return found
     return _dense_eigen(S, r)
+
+
+def mixed_suits(C: np.ndarray, r: int) -> bool:
+    """Whether :func:`mixed_top_eigen` certifies the top-r eigenpairs of ``sym(C)``.
+
+    A probe for many truncations of perturbed copies of ``C`` (CARS' half moments): real
+    embedding moments pass; spectra with a cluster across the truncation edge (where
+    float32 rounding mixes the wanted subspace with the rest) fail, and the copies then go
+    to float64 LAPACK at once instead of after a failed attempt each.  False when
+    ``p < 256``.
+    """
+    p = C.shape[0]
+    if C.shape != (p, p) or p < MIXED_MIN_DIM:
+        return False
+    S = (C + C.T) / 2.0
+    return mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True) is not None
 
 
 def top_sym_eigen(
@@ -557,6 +581,8 @@ def krylov_suits(C: np.ndarray, r: int, tol: float = 1e-10) -> bool:
 _WY_BLOCK = 64
 # Extra Ritz pairs kept beyond r (absorbs near-degenerate pairs at the truncation edge).
 _MIXED_EXTRA = 12
+# The mixed solver gives up when the wanted eigenvalues are this close (relative) to the rest.
+_MIXED_MIN_GAP = 1e-4
 # Below this dimension the float64 subset solver is as fast: no mixed precision.
 MIXED_MIN_DIM = 256
 
@@ -614,19 +640,23 @@ class _Tridiagonal:
             tail -= V @ W
         return Z
 
-    def top_eigenvectors(self, b: int) -> np.ndarray | None:
+    def top_eigenvectors(self, b: int, r: int) -> np.ndarray | None:
         """The top-b eigenvectors of ``T`` (float64, descending), or None.
 
         Eigenvalues by bisection (LAPACK ``stebz``, to 1e-6 of ``||T||``: they only seed
-        the refinement), vectors by inverse iteration (``stein``): O(p b) work.
+        the refinement), vectors by inverse iteration (``stein``): O(p b) work.  None also
+        when the r-th eigenvalue is within ``1e-4 ||T||`` of the (b+1)-th: float32 rounding
+        then mixes the wanted subspace with the rest faster than a few refinement steps can
+        separate them (a cluster across the truncation edge), and float64 LAPACK should answer.
         """
         p = self.d.size
-        norm = float(np.abs(self.d).max() + 2.0 * np.abs(self.e).max(initial=0.0))
+        norm = float(np.abs(self.d).max() + 2.0 * np.abs(self.e).max(initial=0.0))  # >= ||T||_2
         try:
-            w, block, split = _nogil.dstebz_index(self.d, self.e, p - b + 1, p, 1e-6 * norm)
-            if w.size != b:
+            w, block, split = _nogil.dstebz_index(self.d, self.e, p - b, p, 1e-6 * norm)
+            if w.size != b + 1 or w[-r] - w[0] < _MIXED_MIN_GAP * norm:
                 return None
-            return _nogil.dstein(self.d, self.e, w, block, split)[:, ::-1]
+            # drop the (b+1)-th value; iblock keeps LAPACK's length n (entries follow w)
+            return _nogil.dstein(self.d, self.e, w[1:], np.roll(block, -1), split)[:, ::-1]
         except np.linalg.LinAlgError:
             return None
 
@@ -685,8 +715,8 @@ def mixed_top_eigen(
     work in place when ``S32`` is a Fortran-ordered float32 array.
     """
     p = S32.shape[0]
-    b = min(p, r + _MIXED_EXTRA)
-    if b >= p or r < 1:
+    b = r + _MIXED_EXTRA
+    if b + 1 >= p or r < 1:
         return None
     try:
         tri = _Tridiagonal(np.asfortranarray(S32, dtype=np.float32) if overwrite
@@ -695,7 +725,7 @@ def mixed_top_eigen(
         return None
     if scale is None:
         scale = float(np.sqrt(np.sum(tri.d**2) + 2.0 * np.sum(tri.e**2)))
-    Y = tri.top_eigenvectors(b)
+    Y = tri.top_eigenvectors(b, r)
     if Y is None:
         return None
     B = tri.apply_q(Y).astype(np.float64)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _nogil
 from ._deprecation import renamed_argument
-from ._lowrank import MIXED_MIN_DIM, krylov_suits, top_eigen, top_singular, top_sym_eigen
+from ._lowrank import MIXED_MIN_DIM, krylov_suits, mixed_suits, top_eigen, top_singular, top_sym_eigen
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -124,6 +124,7 @@ def residual_factors(
     start_eig: np.ndarray | None = None,
     factors: tuple[np.ndarray, np.ndarray, float] | None = None,
     grams: tuple[np.ndarray, np.ndarray] | None = None,
+    mixed: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Factors ``(L, R)`` (each (p, 2r)) with ``L @ R.T == V(C)``, where
 
@@ -133,10 +134,10 @@ def residual_factors(
     residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.  ``factors = (X, D, c)``
     with ``C == c X^T D`` let the SVD run on the thin factors, ``grams = (X X^T, D D^T)``
     skip their Gram products (see :func:`asymgeo._lowrank.top_singular`); ``start_*`` seed
-    ``method="krylov"``.
+    ``method="krylov"``; ``mixed`` tries the mixed-precision eigensolver first.
     """
     U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams)
-    eta, Q = top_eigen(sym(C), rank, method=method, start=start_eig)
+    eta, Q = top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
     eta = np.maximum(eta, 0.0)
     L = np.concatenate([U * s, -(Q * eta)], axis=1)
     R = np.concatenate([V, Q], axis=1)
@@ -237,8 +238,9 @@ def _split_term(
 
     ``grams`` are the full-data ``(X X^T, D D^T)``: a half's Gram matrices are their
     sub-blocks, so its thin-factor SVD costs only (m, m) work.  ``low`` (dense solver,
-    p >= 256): float32 copies for the mixed-precision eigensolver of each half's
-    symmetric part; the half moments are then never formed in float64.
+    p >= 256, the mixed-precision probe passed): float32 copies for the mixed-precision
+    eigensolver of each half's symmetric part; thin halves then never form their moment in
+    float64, other halves refine with the float64 moment.
     """
     I1, I2 = pair
     n = X.shape[0]
@@ -248,7 +250,7 @@ def _split_term(
     if grams is not None:
         g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
         g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
-    if low is not None:
+    if low is not None and grams is not None:  # thin halves: no float64 half moment at all
         S1, S2 = low.half_symmetric_parts(I1, I2, n)
         f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
         f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
@@ -259,9 +261,9 @@ def _split_term(
         else:
             C2 = X2.T @ D2 / m2
         f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              factors=(X1, D1, 1.0 / m1), grams=g1)
+                              factors=(X1, D1, 1.0 / m1), grams=g1, mixed=low is not None)
         f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              factors=(X2, D2, 1.0 / m2), grams=g2)
+                              factors=(X2, D2, 1.0 / m2), grams=g2, mixed=low is not None)
     a = _inner(f1, f2)
     n1, n2 = _inner(f1, f1), _inner(f2, f2)
     return a, max(n1 + n2 - 2.0 * a, 0.0)
@@ -414,8 +416,11 @@ def cars_score(
         # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
         # sub-blocks of the full-data ones, computed once here.
         grams = (_gram(X), _gram(D)) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
-        # Dense solver at p >= 256: each half's symmetric part by the mixed-precision solver.
-        low = _LowPrecision.build(X, D, C_all) if method != "krylov" and p >= MIXED_MIN_DIM else None
+        # Dense solver at p >= 256: each half's symmetric part by the mixed-precision solver,
+        # when it certifies on the full-data moment (no cluster across the truncation edge).
+        low = None
+        if method != "krylov" and p >= MIXED_MIN_DIM and mixed_suits(C_all, rank):
+            low = _LowPrecision.build(X, D, C_all)
         pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams, low),
                             split_list, n_jobs, p)
     return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
