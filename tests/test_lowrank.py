@@ -283,10 +283,14 @@ def test_a_cluster_across_the_truncation_edge_goes_to_float64():
                         rng.uniform(-1.0, 0.5, p - r - 19)])
     S = (Q * w) @ Q.T
     assert mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r) is None
-    from asymgeo._lowrank import mixed_suits
+    from asymgeo._lowrank import mixed_probe
 
-    assert not mixed_suits(S, r)
-    assert mixed_suits(S, 5)  # well separated at r = 5
+    reset_path_counts()
+    assert mixed_probe(S, r) is None
+    assert path_counts() == {}
+    w5, _ = mixed_probe(S, 5)  # well separated at r = 5: the probe answers (and is counted)
+    assert path_counts() == {"eigen:mixed": 1}
+    np.testing.assert_allclose(w5, np.sort(w)[::-1][:5], rtol=1e-12)
     reset_path_counts()
     wt, _ = top_eigen(S, r, mixed=True)
     assert path_counts() == {"eigen:subset": 1}

@@ -332,7 +332,7 @@ def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(share
     reset_path_counts()
     res = cars_score(X, Yp, Yn, 8, splits=splits, n_jobs=1)
     counts = path_counts()
-    assert counts.get("eigen:mixed") == 2 * len(splits)
+    assert counts.get("eigen:mixed") == 2 * len(splits) + 1  # every half and the full moment
     assert counts.get("singular:thin") == 2 * len(splits) + 1
     assert counts.get("singular:full", 0) == 0 and counts.get("eigen:full", 0) == 0
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))
@@ -353,11 +353,11 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     reset_path_counts()
     res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1, solver="dense")
     counts = path_counts()
-    assert counts.get("eigen:mixed") == 2 * len(splits)
+    assert counts.get("eigen:mixed") == 2 * len(splits) + 1
     assert counts.get("singular:thin", 0) == 0
     _assert_close_to_naive(res, naive)
 
-    monkeypatch.setattr(selection, "mixed_suits", lambda C, rank: False)
+    monkeypatch.setattr(selection, "mixed_probe", lambda C, rank: None)
     reset_path_counts()
     res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1, solver="dense")
     counts = path_counts()

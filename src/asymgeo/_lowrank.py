@@ -40,7 +40,7 @@ import numpy as np
 from . import _nogil
 
 __all__ = [
-    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_suits", "path_counts",
+    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_probe", "path_counts",
     "reset_path_counts",
 ]
 
@@ -446,20 +446,23 @@ def top_eigen(
     return _dense_eigen(S, r)
 
 
-def mixed_suits(C: np.ndarray, r: int) -> bool:
-    """Whether :func:`mixed_top_eigen` certifies the top-r eigenpairs of ``sym(C)``.
+def mixed_probe(C: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top-r eigenpairs of ``sym(C)`` by :func:`mixed_top_eigen` (counted ``eigen:mixed``), or None.
 
-    A probe for many truncations of perturbed copies of ``C`` (CARS' half moments): real
-    embedding moments pass; spectra with a cluster across the truncation edge (where
-    float32 rounding mixes the wanted subspace with the rest) fail, and the copies then go
-    to float64 LAPACK at once instead of after a failed attempt each.  False when
-    ``p < 256``.
+    A probe for many truncations of perturbed copies of ``C`` (CARS' half moments) that is
+    also the full-data answer: real embedding moments pass; spectra with a cluster across
+    the truncation edge (where float32 rounding mixes the wanted subspace with the rest)
+    fail, and the copies then go to float64 LAPACK at once instead of after a failed
+    attempt each.  None when ``p < 256``.
     """
     p = C.shape[0]
     if C.shape != (p, p) or p < MIXED_MIN_DIM:
-        return False
+        return None
     S = (C + C.T) / 2.0
-    return mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True) is not None
+    found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True)
+    if found is not None:
+        _count("eigen:mixed")
+    return found
 
 
 def top_sym_eigen(

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _nogil
 from ._deprecation import renamed_argument
-from ._lowrank import MIXED_MIN_DIM, krylov_suits, mixed_suits, top_eigen, top_singular, top_sym_eigen
+from ._lowrank import MIXED_MIN_DIM, krylov_suits, mixed_probe, top_eigen, top_singular, top_sym_eigen
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -125,6 +125,7 @@ def residual_factors(
     factors: tuple[np.ndarray, np.ndarray, float] | None = None,
     grams: tuple[np.ndarray, np.ndarray] | None = None,
     mixed: bool = False,
+    eigen: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Factors ``(L, R)`` (each (p, 2r)) with ``L @ R.T == V(C)``, where
 
@@ -134,10 +135,11 @@ def residual_factors(
     residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.  ``factors = (X, D, c)``
     with ``C == c X^T D`` let the SVD run on the thin factors, ``grams = (X X^T, D D^T)``
     skip their Gram products (see :func:`asymgeo._lowrank.top_singular`); ``start_*`` seed
-    ``method="krylov"``; ``mixed`` tries the mixed-precision eigensolver first.
+    ``method="krylov"``; ``mixed`` tries the mixed-precision eigensolver first; ``eigen``
+    passes the top-r eigenpairs of ``sym(C)`` when already known.
     """
     U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams)
-    eta, Q = top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
+    eta, Q = eigen if eigen is not None else top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
     eta = np.maximum(eta, 0.0)
     L = np.concatenate([U * s, -(Q * eta)], axis=1)
     R = np.concatenate([V, Q], axis=1)
@@ -411,16 +413,16 @@ def cars_score(
     with _single_threaded_blas():
         C_all = X.T @ D / n
         method = _choose_solver(C_all, rank, method)
-        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n))
+        # Dense solver at p >= 256: the mixed-precision eigensolver on the full-data moment is
+        # both its answer and the probe for the halves (declined: a cluster at the truncation
+        # edge, and every half goes to float64 LAPACK).
+        eigen_all = mixed_probe(C_all, rank) if method != "krylov" and p >= MIXED_MIN_DIM else None
+        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n), eigen=eigen_all)
         starts = _krylov_starts(C_all, full, rank, method)
         # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
         # sub-blocks of the full-data ones, computed once here.
         grams = (_gram(X), _gram(D)) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
-        # Dense solver at p >= 256: each half's symmetric part by the mixed-precision solver,
-        # when it certifies on the full-data moment (no cluster across the truncation edge).
-        low = None
-        if method != "krylov" and p >= MIXED_MIN_DIM and mixed_suits(C_all, rank):
-            low = _LowPrecision.build(X, D, C_all)
+        low = _LowPrecision.build(X, D, C_all) if eigen_all is not None else None
         pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams, low),
                             split_list, n_jobs, p)
     return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
