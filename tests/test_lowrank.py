@@ -353,3 +353,26 @@ def test_congruence_equals_the_plain_products(m, k_gap, seed):
     H = G @ G.T
     np.testing.assert_allclose(_congruence(L, H, 0.3), 0.3 * L.T @ H @ L, rtol=1e-10,
                                atol=1e-12 * np.abs(H).max() * max(1.0, np.abs(L).max()) ** 2 * m)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(260, 360), r=st.integers(1, 20), cluster=st.booleans(), seed=st.integers(0, 10**6))
+def test_mixed_eigen_is_right_or_declines(p, r, cluster, seed):
+    """Whatever the spectrum (random, or with a tight cluster at the truncation edge), the
+    mixed solver either declines (None) or returns the float64 LAPACK truncation."""
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    w = rng.standard_normal(p)
+    if cluster:
+        w = np.sort(w)[::-1]
+        w[max(r - 3, 0): r + 3] = w[r - 1] + 1e-9 * rng.standard_normal(len(w[max(r - 3, 0): r + 3]))
+    S = (Q * w) @ Q.T
+    S = (S + S.T) / 2
+    out = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r)
+    if out is None:
+        return
+    wt, Qt = out
+    wd, Qd = np.linalg.eigh(S)
+    np.testing.assert_allclose(wt, wd[::-1][:r], atol=1e-9 * np.abs(wd).max())
+    assert np.linalg.norm(S @ Qt - Qt * wt, axis=0).max() <= 1e-10 * np.linalg.norm(S)
+    np.testing.assert_allclose(Qt.T @ Qt, np.eye(r), atol=1e-10)

@@ -583,7 +583,7 @@ def krylov_suits(C: np.ndarray, r: int, tol: float = 1e-10) -> bool:
 # Reflectors are applied in compact-WY blocks of this many columns.
 _WY_BLOCK = 64
 # Extra Ritz pairs kept beyond r (absorbs near-degenerate pairs at the truncation edge).
-_MIXED_EXTRA = 12
+_MIXED_EXTRA = 4
 # The mixed solver gives up when the wanted eigenvalues are this close (relative) to the rest.
 _MIXED_MIN_GAP = 1e-4
 # Below this dimension the float64 subset solver is as fast: no mixed precision.
@@ -702,7 +702,7 @@ def mixed_top_eigen(
 
     1. ``S32 = Q T Q^T`` by LAPACK ``ssytrd`` (the tridiagonal reduction dominates the
        cost of a subset eigensolver and, being memory bound, runs twice as fast in
-       float32); the top ``b = r + 8`` eigenvectors ``y`` of ``T`` (``stemr``) give the
+       float32); the top ``b = r + 4`` eigenvectors ``y`` of ``T`` (``stebz`` + ``stein``) give the
        start ``X = Q y`` (accurate to about float32 precision).
     2. Davidson refinement in float64: Rayleigh-Ritz of ``S`` on the basis, residuals
        ``R = S X - X Theta``, corrections ``Q (T - theta_i I)^{-1} Q^T r_i`` (the float32
