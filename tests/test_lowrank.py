@@ -288,9 +288,12 @@ def test_a_cluster_across_the_truncation_edge_goes_to_float64():
     reset_path_counts()
     assert mixed_probe(S, r) is None
     assert path_counts() == {}
-    w5, _ = mixed_probe(S, 5)  # well separated at r = 5: the probe answers (and is counted)
+    probe = mixed_probe(S, 5)  # well separated at r = 5: the probe answers (and is counted)
     assert path_counts() == {"eigen:mixed": 1}
-    np.testing.assert_allclose(w5, np.sort(w)[::-1][:5], rtol=1e-12)
+    ws = np.sort(w)[::-1]
+    np.testing.assert_allclose(probe.values, ws[:5], rtol=1e-12)
+    # the Krylov gap ratio from the float32 tridiagonal form: (t_5 - t_17) / (t_17 - t_min)
+    np.testing.assert_allclose(probe.krylov_gap, (ws[4] - ws[16]) / (ws[16] - ws[-1]), rtol=1e-5)
     reset_path_counts()
     wt, _ = top_eigen(S, r, mixed=True)
     assert path_counts() == {"eigen:subset": 1}

@@ -34,14 +34,15 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import _nogil
 
 __all__ = [
-    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_probe", "path_counts",
-    "reset_path_counts",
+    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_probe", "MixedProbe",
+    "path_counts", "reset_path_counts",
 ]
 
 _COUNTS: Counter[str] = Counter()
@@ -446,23 +447,54 @@ def top_eigen(
     return _dense_eigen(S, r)
 
 
-def mixed_probe(C: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray] | None:
+@dataclass(frozen=True)
+class MixedProbe:
+    """What :func:`mixed_probe` learnt: the top-r eigenpairs of ``sym(C)`` (descending) and
+    ``krylov_gap = (t_r - t_{b+1}) / (t_{b+1} - t_min)`` with ``b = max(2r, r+8)`` the block
+    size of the Krylov solver (eigenvalues of the float32 tridiagonal form)."""
+
+    values: np.ndarray
+    vectors: np.ndarray
+    krylov_gap: float
+
+
+# Certified block Krylov within the probe's 7 blocks needs T_6(1 + 2 gap) >= 1e10, i.e. a
+# gap ratio of about 11 (Chebyshev bound); below half of that its probe is not worth running.
+KRYLOV_MIN_GAP = 5.0
+
+
+def mixed_probe(C: np.ndarray, r: int) -> MixedProbe | None:
     """Top-r eigenpairs of ``sym(C)`` by :func:`mixed_top_eigen` (counted ``eigen:mixed``), or None.
 
     A probe for many truncations of perturbed copies of ``C`` (CARS' half moments) that is
     also the full-data answer: real embedding moments pass; spectra with a cluster across
     the truncation edge (where float32 rounding mixes the wanted subspace with the rest)
     fail, and the copies then go to float64 LAPACK at once instead of after a failed
-    attempt each.  None when ``p < 256``.
+    attempt each.  Its tridiagonal form also gives, by bisection, the eigenvalues that decide
+    whether block Krylov could converge (:attr:`MixedProbe.krylov_gap`).  None when
+    ``p < 256``.
     """
     p = C.shape[0]
     if C.shape != (p, p) or p < MIXED_MIN_DIM:
         return None
     S = (C + C.T) / 2.0
-    found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True)
-    if found is not None:
-        _count("eigen:mixed")
-    return found
+    forms: list[_Tridiagonal] = []
+    found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True, keep=forms)
+    if found is None:
+        return None
+    _count("eigen:mixed")
+    b = max(2 * r, r + 8)
+    gap = 0.0
+    if b + 1 < p and forms:
+        tri = forms[0]
+        try:
+            low, _, _ = _nogil.dstebz_index(tri.d, tri.e, 1, 1, 0.0)
+            edge, _, _ = _nogil.dstebz_index(tri.d, tri.e, p - b, p - b, 0.0)
+            spread = float(edge[0] - low[0])
+            gap = float((found[0][-1] - edge[0]) / spread) if spread > 0 else np.inf
+        except np.linalg.LinAlgError:
+            gap = np.inf  # unknown: let the Krylov probe decide
+    return MixedProbe(found[0], found[1], gap)
 
 
 def top_sym_eigen(
@@ -696,6 +728,7 @@ def mixed_top_eigen(
     tol: float = 1e-10,
     max_iter: int = 3,
     overwrite: bool = False,
+    keep: list[_Tridiagonal] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-r algebraic eigenpairs of a symmetric ``S`` (float64, given by ``apply(B) = S @ B``)
     from a float32 copy ``S32``, certified in float64.
@@ -715,7 +748,8 @@ def mixed_top_eigen(
        dense).
 
     Only the lower triangle of ``S32`` is read; ``overwrite=True`` lets the reduction
-    work in place when ``S32`` is a Fortran-ordered float32 array.
+    work in place when ``S32`` is a Fortran-ordered float32 array; ``keep`` (a list)
+    receives the tridiagonal form for further use.
     """
     p = S32.shape[0]
     b = r + _MIXED_EXTRA
@@ -726,6 +760,8 @@ def mixed_top_eigen(
                            else np.array(S32, dtype=np.float32, order="F"))
     except np.linalg.LinAlgError:
         return None
+    if keep is not None:
+        keep.append(tri)
     if scale is None:
         scale = float(np.sqrt(np.sum(tri.d**2) + 2.0 * np.sum(tri.e**2)))
     Y = tri.top_eigenvectors(b, r)

@@ -13,7 +13,16 @@ import numpy as np
 
 from . import _nogil
 from ._deprecation import renamed_argument
-from ._lowrank import MIXED_MIN_DIM, krylov_suits, mixed_probe, top_eigen, top_singular, top_sym_eigen
+from ._lowrank import (
+    KRYLOV_MIN_GAP,
+    MIXED_MIN_DIM,
+    MixedProbe,
+    krylov_suits,
+    mixed_probe,
+    top_eigen,
+    top_singular,
+    top_sym_eigen,
+)
 from ._runtime import available_cpus, limit_blas_threads
 from ._validation import (
     as_float_matrix,
@@ -216,12 +225,16 @@ def _krylov_starts(
     return V_all, Q_all
 
 
-def _choose_solver(C_all: np.ndarray, rank: int, method: str) -> str:
+def _choose_solver(C_all: np.ndarray, rank: int, method: str, probe: MixedProbe | None = None) -> str:
     """``method="auto"``: ``"krylov"`` if it certifies on the full-data moment (a clear
     spectral gap at ``rank``: then warm-started Krylov beats LAPACK on every half), else
-    ``"dense"`` (thin factors and subset LAPACK: real embeddings)."""
+    ``"dense"`` (thin factors, mixed precision and subset LAPACK: real embeddings).  The
+    Krylov probe is skipped when the mixed-precision ``probe`` already shows a spectrum too
+    flat for it (``krylov_gap`` below :data:`KRYLOV_MIN_GAP`)."""
     if method != "auto":
         return method
+    if probe is not None and probe.krylov_gap < KRYLOV_MIN_GAP:
+        return "dense"
     return "krylov" if krylov_suits(C_all, rank) else "dense"
 
 
@@ -412,11 +425,12 @@ def cars_score(
     # turns spin against each other (measured 20x slower on a loaded 2-core machine).
     with _single_threaded_blas():
         C_all = X.T @ D / n
-        method = _choose_solver(C_all, rank, method)
-        # Dense solver at p >= 256: the mixed-precision eigensolver on the full-data moment is
-        # both its answer and the probe for the halves (declined: a cluster at the truncation
-        # edge, and every half goes to float64 LAPACK).
-        eigen_all = mixed_probe(C_all, rank) if method != "krylov" and p >= MIXED_MIN_DIM else None
+        # p >= 256: the mixed-precision eigensolver on the full-data moment is both its answer
+        # and the probe for the halves (declined: a cluster at the truncation edge, and every
+        # half goes to float64 LAPACK); it also tells whether Krylov is worth probing.
+        probe = mixed_probe(C_all, rank) if method in ("auto", "dense") and p >= MIXED_MIN_DIM else None
+        method = _choose_solver(C_all, rank, method, probe)
+        eigen_all = (probe.values, probe.vectors) if probe is not None and method != "krylov" else None
         full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n), eigen=eigen_all)
         starts = _krylov_starts(C_all, full, rank, method)
         # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
