@@ -281,6 +281,9 @@ def test_cars_threads_give_identical_result():
     assert seq.choice == par.choice
     again = cars_score(X, Yp, Yn, r, n_splits=6, seed=3, n_jobs=2)
     np.testing.assert_array_equal(again.terms, par.terms)  # deterministic for fixed n_jobs
+    # p = 300: the mixed-precision path, its LAPACK calls outside the GIL on six threads at once
+    many = cars_score(X, Yp, Yn, r, n_splits=6, seed=3, n_jobs=6)
+    np.testing.assert_allclose(many.terms, seq.terms, rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="n_jobs"):
         cars_score(X, Yp, Yn, r, n_splits=2, seed=3, n_jobs=0)
 
