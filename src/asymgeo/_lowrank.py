@@ -440,7 +440,7 @@ def top_eigen(
         if out is not None:
             return out
     elif mixed and p >= MIXED_MIN_DIM:
-        found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, tol=tol, overwrite=True)
+        found = mixed_top_eigen(_float32_fortran(S), lambda W: S @ W, r, tol=tol, overwrite=True)
         if found is not None:
             _count("eigen:mixed")
             return found
@@ -479,7 +479,7 @@ def mixed_probe(C: np.ndarray, r: int) -> MixedProbe | None:
         return None
     S = (C + C.T) / 2.0
     forms: list[_Tridiagonal] = []
-    found = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r, overwrite=True, keep=forms)
+    found = mixed_top_eigen(_float32_fortran(S), lambda W: S @ W, r, overwrite=True, keep=forms)
     if found is None:
         return None
     _count("eigen:mixed")
@@ -521,10 +521,7 @@ def top_sym_eigen(
     p = A.shape[1]
     if p >= MIXED_MIN_DIM and r + _MIXED_EXTRA < p:
         if S32 is None:
-            from scipy.linalg import blas
-
-            A32, B32 = A.astype(np.float32), B.astype(np.float32)
-            S32 = blas.ssyr2k(c / 2.0, A32.T, B32.T, lower=1)
+            S32 = _nogil.ssyr2k_lower(c / 2.0, A.astype(np.float32), B.astype(np.float32))
             overwrite = True
 
         def apply(W: np.ndarray) -> np.ndarray:
@@ -719,6 +716,11 @@ def _orthonormal_pair(B: np.ndarray, AB: np.ndarray) -> tuple[np.ndarray, np.nda
     return B, AB
 
 
+def _float32_fortran(S: np.ndarray) -> np.ndarray:
+    """A float32 copy of S in Fortran order (what ``ssytrd`` reduces in place), in one pass."""
+    return np.array(S, dtype=np.float32, order="F")
+
+
 def mixed_top_eigen(
     S32: np.ndarray,
     apply: Callable[[np.ndarray], np.ndarray],
@@ -734,14 +736,15 @@ def mixed_top_eigen(
     from a float32 copy ``S32``, certified in float64.
 
     1. ``S32 = Q T Q^T`` by LAPACK ``ssytrd`` (the tridiagonal reduction dominates the
-       cost of a subset eigensolver and, being memory bound, runs twice as fast in
-       float32); the top ``b = r + 4`` eigenvectors ``y`` of ``T`` (``stebz`` + ``stein``) give the
-       start ``X = Q y`` (accurate to about float32 precision).
+       cost of a subset eigensolver and, being memory bound, runs much faster in
+       float32: ``benchmarks/bench_lapack.py``); the top ``b = r + 4`` eigenvectors ``y``
+       of ``T`` (``stebz`` + ``stein``) give the start ``X = Q y`` (accurate to about
+       float32 precision).
     2. Davidson refinement in float64: Rayleigh-Ritz of ``S`` on the basis, residuals
        ``R = S X - X Theta``, corrections ``Q (T - theta_i I)^{-1} Q^T r_i`` (the float32
        factorisation as an inverse-iteration preconditioner: each step shrinks the
-       residual by about ``||S - S32|| / gap``, from 1e-7 to 1e-14 in one step on real
-       embedding moments), basis ``[X, corrections]``, Rayleigh-Ritz again.
+       residual by about ``||S - S32|| / gap``; one step reaches the certificate on real
+       embedding moments, see ``tests/test_lowrank.py``), basis ``[X, corrections]``, Rayleigh-Ritz again.
     3. Accepted only when every wanted pair has ``||S x - t x|| <= tol * scale``
        (``scale >= ||S||_2``; default ``||T||_F = ||S32||_F``, the Frobenius norm of ``S``
        to float32 accuracy); otherwise None after ``max_iter`` steps (the caller goes

@@ -1,13 +1,13 @@
 """The few LAPACK/BLAS routines on CARS' hot path, called without holding the GIL.
 
 The wrappers of ``scipy.linalg.lapack`` / ``scipy.linalg.blas`` do not run two calls at
-once (measured with SciPy 1.17: two threads of ``ssytrd`` at p = 768 took as long as one
-after the other), so threads over CARS' independent half-splits ran their tridiagonal
+once (two threads of ``ssytrd`` take about as long as the same calls one after the other:
+``python benchmarks/run.py --only lapack``), so threads over CARS' half-splits ran their tridiagonal
 reductions, subset eigensolvers and Cholesky factorisations one at a time.  The same
 Fortran routines are exported by SciPy's documented Cython API
 (``scipy.linalg.cython_lapack`` / ``cython_blas``, LP64 ``int``); calling those function
 pointers through :mod:`ctypes` releases the GIL for the duration of the call and takes no
-lock (two threads: 1.97x one), as numpy's own products already do.
+lock (two threads scale as numpy's own products already do; same benchmark).
 
 Each function here takes and returns numpy arrays (Fortran order where LAPACK writes in
 place) and raises :class:`numpy.linalg.LinAlgError` on a LAPACK error code.  When the
