@@ -367,18 +367,21 @@ def test_congruence_equals_the_plain_products(m, k_gap, seed):
 @settings(max_examples=25, deadline=None)
 @given(p=st.integers(260, 360), r=st.integers(1, 20), cluster=st.booleans(), seed=st.integers(0, 10**6))
 def test_mixed_eigen_is_right_or_declines(p, r, cluster, seed):
-    """Whatever the spectrum (random, or with a tight cluster at the truncation edge), the
-    mixed solver either declines (None) or returns the float64 LAPACK truncation."""
+    """With a tight cluster at the truncation edge the mixed solver either declines (None) or
+    returns the float64 LAPACK answer; with a clear gap at r (a tenth of the spread) it must
+    answer, and correctly."""
     rng = np.random.default_rng(seed)
     Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
-    w = rng.standard_normal(p)
+    w = np.sort(rng.standard_normal(p))[::-1]
     if cluster:
-        w = np.sort(w)[::-1]
         w[max(r - 3, 0): r + 3] = w[r - 1] + 1e-9 * rng.standard_normal(len(w[max(r - 3, 0): r + 3]))
+    else:
+        w[:r] += 0.1 * (w[0] - w[-1])
     S = (Q * w) @ Q.T
     S = (S + S.T) / 2
     out = mixed_top_eigen(S.astype(np.float32), lambda W: S @ W, r)
     if out is None:
+        assert cluster, "declined a spectrum with a clear gap at r"
         return
     wt, Qt = out
     wd, Qd = np.linalg.eigh(S)
