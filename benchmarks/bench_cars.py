@@ -26,7 +26,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from asymgeo import cars_score, half_splits
-from asymgeo._lowrank import path_counts, reset_path_counts
+from asymgeo.linalg.lowrank import path_counts, reset_path_counts
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 
@@ -141,7 +141,7 @@ def run(quick: bool = False) -> str:
         f"*All cores* ({cores} here), as a user runs them: `cars_score` with its default threads over "
         "splits, the naive way with its default multithreaded BLAS; best of "
         f"{repeats} interleaved run(s). Solver paths: how often each answered per `cars_score` call "
-        "(`asymgeo._lowrank.path_counts`; `thin` = SVD from the (k, k) pivoted thin-factor core, "
+        "(`asymgeo.linalg.lowrank.path_counts`; `thin` = SVD from the (k, k) pivoted thin-factor core, "
         "`mixed` = float32 tridiagonal reduction refined and certified in float64, "
         "`subset` = LAPACK syevr on an index subset, `gram` = subset eigh of C^T C, "
         "`krylov` = certified block Krylov, `full` = full LAPACK decomposition).",

@@ -4,11 +4,11 @@ Three measurements on one half moment of the real MPNet SciFact training triples
 (``sym(C_I)``, p = 768, half of the adaptation train split), each a ratio within this run:
 
 1. the tridiagonal reduction in float32 (``ssytrd``) against float64 (``dsytrd``);
-2. :func:`asymgeo._lowrank.mixed_top_eigen` (float32 reduction, float64 refinement,
+2. :func:`asymgeo.linalg.lowrank.mixed_top_eigen` (float32 reduction, float64 refinement,
    certified) against LAPACK ``dsyevr`` on an index subset, r = 16, with the number of
    refinement steps it took and the largest eigenvalue difference;
 3. two threads each running ``ssytrd`` against the same calls one after the other, through
-   SciPy's f2py wrapper (``scipy.linalg.lapack``) and through ``asymgeo._nogil``
+   SciPy's f2py wrapper (``scipy.linalg.lapack``) and through ``asymgeo.linalg.lapack``
    (SciPy's Cython API via ctypes).
 """
 
@@ -22,8 +22,8 @@ import numpy as np
 from scipy.linalg import lapack
 from threadpoolctl import threadpool_limits
 
-from asymgeo import _nogil
-from asymgeo._lowrank import _Tridiagonal, mixed_top_eigen
+from asymgeo.linalg import lapack as _nogil
+from asymgeo.linalg.lowrank import _Tridiagonal, mixed_top_eigen
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 
@@ -94,7 +94,7 @@ def run(quick: bool = False) -> str:
         rows.append((f"two threads x {calls} `ssytrd`, SciPy f2py wrapper: threads vs one after the other",
                      *two_threads(lambda: lapack.ssytrd(S32, lower=1, lwork=lw32)), ""))
         if _nogil.available():
-            rows.append((f"two threads x {calls} `ssytrd`, `asymgeo._nogil`: threads vs one after the other",
+            rows.append((f"two threads x {calls} `ssytrd`, `asymgeo.linalg.lapack`: threads vs one after the other",
                          *two_threads(lambda: _nogil.ssytrd(S32.copy(order="F"))), ""))
     lines = [
         "## LAPACK on CARS' hot path",

@@ -43,11 +43,11 @@ if method == 'faiss':
     index.add(C)
     index.search(Q[:2], k)
 elif method == 'index':
-    from asymgeo.search import ExactIndex
+    from asymgeo.retrieval.search import ExactIndex
     index = ExactIndex(C, backend='numpy')  # float32 corpus: used in place, no copy
     index.search(Q[:2], k)
 else:
-    from asymgeo.search import exact_search
+    from asymgeo.retrieval.search import exact_search
     exact_search(Q[:2], C[:50000], k, backend='numpy')
 import gc; gc.collect()
 base = status('VmRSS')
@@ -58,7 +58,7 @@ except OSError:
     hwm_ok = False
 t0 = time.perf_counter()
 if method == 'asymgeo':
-    from asymgeo.search import exact_search
+    from asymgeo.retrieval.search import exact_search
     D, I = exact_search(Q, C, k, backend='numpy')
 elif method == 'index':
     D, I = index.search(Q, k)
@@ -198,7 +198,7 @@ def run(quick: bool = False) -> str:
     rows = [r.replace(f"| {m} |", f"| {name[m]} |", 1) for r, m in zip(rows, methods)]
     a = recs["asymgeo"]["seconds"]
     lines = [
-        "## Exact search (`asymgeo.search.exact_search`)",
+        "## Exact search (`asymgeo.retrieval.search.exact_search`)",
         "",
         f"Corpus {N:,} x {p} float32, {n:,} queries, k = {k}; exact inner product; best of {reps} "
         "interleaved runs, each method in its own process.",
@@ -240,7 +240,7 @@ def run(quick: bool = False) -> str:
 
 def _single_query(rng: np.random.Generator, quick: bool) -> tuple[list[str], dict]:
     """Single-query latency on a 10,000 x 768 corpus: exact_search, ExactIndex, FAISS."""
-    from asymgeo.search import ExactIndex, exact_search
+    from asymgeo.retrieval.search import ExactIndex, exact_search
 
     C16 = rng.standard_normal((10_000, 768)).astype(np.float16)
     C32 = C16.astype(np.float32)

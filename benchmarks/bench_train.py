@@ -5,7 +5,7 @@ learning-rate grid for both families, against a plain PyTorch loop written the o
 Obvious way (measured in the same run, same batches, same maths): documents gathered from the
 float16 cache and converted per batch, hard negatives stacked per example in Python, and
 validation by a full-corpus :func:`asymgeo.exact_search` through the p x p operator plus
-:func:`asymgeo.metrics.evaluate_indices` every epoch.  The library keeps the corpus as one
+:func:`asymgeo.retrieval.metrics.evaluate_indices` every epoch.  The library keeps the corpus as one
 float32 tensor, gathers by index, and validates by one (m x N) matmul + ``topk``.
 """
 
@@ -35,8 +35,8 @@ def naive_fit(d, emb_corpus16, rank, epochs, lr, seed=0):
     import torch
 
     from asymgeo.adapters.training import epoch_permutation
-    from asymgeo.metrics import evaluate_indices
-    from asymgeo.search import exact_search
+    from asymgeo.retrieval.metrics import evaluate_indices
+    from asymgeo.retrieval.search import exact_search
 
     tr = d.triples
     n, p = tr.X.shape

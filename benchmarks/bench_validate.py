@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from asymgeo.data.splits import fold_seed, fold_split, nested_subsets, query_folds
-from asymgeo.fold_validation import fold_cells, validate_selection
-from asymgeo.geometry import relevance_moment
+from asymgeo.estimators.validation import fold_cells, validate_selection
+from asymgeo.kernels.geometry import relevance_moment
 
 
 def _synthetic(n: int, p: int, seed: int = 5):

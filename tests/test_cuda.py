@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 from asymgeo import exact_search  # noqa: E402
-from asymgeo.search import AdapterIndex  # noqa: E402
+from asymgeo.retrieval.search import AdapterIndex  # noqa: E402
 
 
 def _brute_force(Q: np.ndarray, C: np.ndarray, k: int) -> np.ndarray:

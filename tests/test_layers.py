@@ -135,8 +135,43 @@ GRAPH = import_graph()
 
 
 def test_the_table_names_the_layers():
-    assert TABLE["geometry.py"] < TABLE["estimators.py"] < TABLE["search.py"] < TABLE["data/"]
-    assert TABLE["data/"] < TABLE["adapters/"] < TABLE["experiments/"] < TABLE["cli.py"]
+    assert TABLE["_validation.py"] < TABLE["linalg/"] < TABLE["kernels/"] < TABLE["estimators/"]
+    assert TABLE["estimators/"] < TABLE["retrieval/"] < TABLE["data/"] < TABLE["adapters/"]
+    assert TABLE["adapters/"] < TABLE["experiments/"] < TABLE["cli.py"] < TABLE["__init__.py"]
+
+
+def _layer_names(text: str) -> dict[int, str]:
+    """``{layer: name}`` from the table's first column (``"2. kernels"`` -> ``{2: "kernels"}``)."""
+    return {int(m.group(1)): m.group(2).strip()
+            for m in re.finditer(r"^\|\s*(\d+)\.\s*([^|]+)\|", text, flags=re.M)}
+
+
+def test_the_layout_shows_the_layers():
+    """Layers 1 to 7 are one folder each; the root holds only the foundation, the CLI and the namespace."""
+    names = _layer_names(ARCHITECTURE.read_text())
+    for layer in range(1, 8):
+        entries = [e for e, n in TABLE.items() if n == layer]
+        assert entries == [f"{names[layer].lower()}/"], (layer, entries)
+    root_modules = {p.name for p in PACKAGE.glob("*.py")}
+    allowed = {e for e, n in TABLE.items() if e.endswith(".py") and n in (0, 8, 9)}
+    assert root_modules == allowed, f"root modules outside the foundation/CLI/package: {sorted(root_modules ^ allowed)}"
+    folders = {p.name + "/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == {e for e in TABLE if e.endswith("/")}
+
+
+def test_each_folder_says_its_layer():
+    """Each folder's ``__init__.py`` docstring opens with ``Layer N, name:`` as the table says."""
+    import ast as _ast
+
+    names = _layer_names(ARCHITECTURE.read_text())
+    for entry, layer in TABLE.items():
+        if not entry.endswith("/"):
+            continue
+        init = PACKAGE / entry / "__init__.py"
+        doc = _ast.get_docstring(_ast.parse(init.read_text())) or ""
+        first = doc.splitlines()[0] if doc else ""
+        assert first.startswith(f"Layer {layer}, {names[layer].lower()}"), (entry, first)
+        assert "import" in first, f"{entry}__init__.py: the first line says what the layer may import"
 
 
 def test_every_module_is_in_the_table():
@@ -184,12 +219,18 @@ def test_checker_sees_function_level_and_relative_imports(tmp_path, monkeypatch)
 
 def test_layer_table_parsing():
     text = ("| layer | modules | what |\n|---|---|---|\n"
-            "| 1. kernels | `geometry.py`, `selection.py` (`cars_score`) | x |\n"
-            "| 4. data | `data/` (`beir.py`, `cache.py`) | y |\n")
-    assert layer_table(text) == {"geometry.py": 1, "selection.py": 1, "data/": 4}
-    assert layer_of("asymgeo.data.beir", layer_table(text)) == 4
-    assert layer_of("asymgeo.selection", layer_table(text)) == 1
-    assert layer_of("asymgeo.search", layer_table(text)) is None
+            "| 0. foundation | `_validation.py` (argument checks, `check_int`) | x |\n"
+            "| 2. kernels | `kernels/` (`geometry.py`, `selection.py` `cars_score`) | y |\n"
+            "| 5. data | `data/` (`beir.py`, `cache.py`) | z |\n")
+    table = layer_table(text)
+    assert table == {"_validation.py": 0, "kernels/": 2, "data/": 5}
+    assert _layer_names(text) == {0: "foundation", 2: "kernels", 5: "data"}
+    assert layer_of("asymgeo.data.beir", table) == 5
+    assert layer_of("asymgeo.kernels.selection", table) == 2
+    assert layer_of("asymgeo.kernels", table) == 2
+    assert layer_of("asymgeo._validation", table) == 0
+    assert layer_of("asymgeo.selection", table) is None  # a root module the table does not name
+    assert layer_of("asymgeo.retrieval.search", table) is None
 
 
 if __name__ == "__main__":  # pragma: no cover

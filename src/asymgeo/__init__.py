@@ -19,62 +19,62 @@ from ._version import __version__
 #: public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     # geometry kernels
-    "relevance_moment": "geometry",
-    "sym": "geometry",
-    "skew": "geometry",
-    "dual_truncate": "geometry",
-    "shared_truncate": "geometry",
-    "dual_factors": "geometry",
-    "shared_factors": "geometry",
-    "psd_distance": "geometry",
-    "approximation_gap": "geometry",
-    "ApproximationGap": "geometry",
-    "tangent_dims": "geometry",
-    "tangent_projectors": "geometry",
-    "TangentProjectors": "geometry",
+    "relevance_moment": "kernels.geometry",
+    "sym": "kernels.geometry",
+    "skew": "kernels.geometry",
+    "dual_truncate": "kernels.geometry",
+    "shared_truncate": "kernels.geometry",
+    "dual_factors": "kernels.geometry",
+    "shared_factors": "kernels.geometry",
+    "psd_distance": "kernels.geometry",
+    "approximation_gap": "kernels.geometry",
+    "ApproximationGap": "kernels.geometry",
+    "tangent_dims": "kernels.geometry",
+    "tangent_projectors": "kernels.geometry",
+    "TangentProjectors": "kernels.geometry",
     # theory kernels
-    "local_risks": "theory",
-    "LocalRisks": "theory",
-    "sure_select_probability": "theory",
-    "sure_regret": "theory",
-    "sure_select": "theory",
-    "sure_statistic": "theory",
-    "estimate_moment_noise": "theory",
-    "SureResult": "theory",
-    "optimal_separation": "theory",
-    "OptimalSeparation": "theory",
+    "local_risks": "kernels.theory",
+    "LocalRisks": "kernels.theory",
+    "sure_select_probability": "kernels.theory",
+    "sure_regret": "kernels.theory",
+    "sure_select": "kernels.theory",
+    "sure_statistic": "kernels.theory",
+    "estimate_moment_noise": "kernels.theory",
+    "SureResult": "kernels.theory",
+    "optimal_separation": "kernels.theory",
+    "OptimalSeparation": "kernels.theory",
     # estimators
-    "SharedProjection": "estimators",
-    "DualProjection": "estimators",
-    "GeometrySelector": "estimators",
+    "SharedProjection": "estimators.projections",
+    "DualProjection": "estimators.projections",
+    "GeometrySelector": "estimators.projections",
     # simulation
-    "two_view_model": "simulation",
-    "TwoViewModel": "simulation",
-    "candidate_ndcg": "simulation",
+    "two_view_model": "estimators.simulation",
+    "TwoViewModel": "estimators.simulation",
+    "candidate_ndcg": "estimators.simulation",
     # selection
-    "cars_score": "selection",
-    "CarsResult": "selection",
-    "half_splits": "selection",
-    "selector_projection": "selection",
+    "cars_score": "kernels.selection",
+    "CarsResult": "kernels.selection",
+    "half_splits": "kernels.selection",
+    "selector_projection": "kernels.selection",
     # held-out operator risk (RQ4) and five-fold validation of the decision (Table 1)
-    "heldout_loss": "operator_risk",
-    "truncation_losses": "operator_risk",
-    "prefix_moments": "operator_risk",
-    "mean_term": "operator_risk",
-    "validate_selection": "fold_validation",
-    "SelectionValidation": "fold_validation",
+    "heldout_loss": "kernels.operator_risk",
+    "truncation_losses": "kernels.operator_risk",
+    "prefix_moments": "kernels.operator_risk",
+    "mean_term": "kernels.operator_risk",
+    "validate_selection": "estimators.validation",
+    "SelectionValidation": "estimators.validation",
     # retrieval: exact search and metrics
-    "exact_search": "search",
-    "ExactIndex": "search",
-    "SearchResult": "search",
-    "AdapterIndex": "search",
-    "transform_index": "search",
-    "evaluate_run": "metrics",
-    "evaluate_indices": "metrics",
-    "RelevanceTable": "metrics",
-    "EvalResult": "metrics",
-    "paired_comparison": "compare",
-    "PairedComparison": "compare",
+    "exact_search": "retrieval.search",
+    "ExactIndex": "retrieval.search",
+    "SearchResult": "retrieval.search",
+    "AdapterIndex": "retrieval.search",
+    "transform_index": "retrieval.search",
+    "evaluate_run": "retrieval.metrics",
+    "evaluate_indices": "retrieval.metrics",
+    "RelevanceTable": "retrieval.metrics",
+    "EvalResult": "retrieval.metrics",
+    "paired_comparison": "retrieval.compare",
+    "PairedComparison": "retrieval.compare",
     # data: BEIR datasets, embedding cache, splits, triples
     "load_beir": "data",
     "BeirDataset": "data",
@@ -111,7 +111,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .adapters import Adapter, load_adapter, save_adapter
-    from .compare import PairedComparison, paired_comparison
     from .data import (
         BeirDataset,
         EmbeddingCache,
@@ -125,9 +124,10 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         query_folds,
         split_queries,
     )
-    from .estimators import DualProjection, GeometrySelector, SharedProjection
-    from .fold_validation import SelectionValidation, validate_selection
-    from .geometry import (
+    from .estimators.projections import DualProjection, GeometrySelector, SharedProjection
+    from .estimators.simulation import TwoViewModel, candidate_ndcg, two_view_model
+    from .estimators.validation import SelectionValidation, validate_selection
+    from .kernels.geometry import (
         ApproximationGap,
         TangentProjectors,
         approximation_gap,
@@ -142,12 +142,9 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         tangent_dims,
         tangent_projectors,
     )
-    from .metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
-    from .operator_risk import heldout_loss, mean_term, prefix_moments, truncation_losses
-    from .search import AdapterIndex, ExactIndex, SearchResult, exact_search, transform_index
-    from .selection import CarsResult, cars_score, half_splits, selector_projection
-    from .simulation import TwoViewModel, candidate_ndcg, two_view_model
-    from .theory import (
+    from .kernels.operator_risk import heldout_loss, mean_term, prefix_moments, truncation_losses
+    from .kernels.selection import CarsResult, cars_score, half_splits, selector_projection
+    from .kernels.theory import (
         LocalRisks,
         OptimalSeparation,
         SureResult,
@@ -159,3 +156,6 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         sure_select_probability,
         sure_statistic,
     )
+    from .retrieval.compare import PairedComparison, paired_comparison
+    from .retrieval.metrics import EvalResult, RelevanceTable, evaluate_indices, evaluate_run
+    from .retrieval.search import AdapterIndex, ExactIndex, SearchResult, exact_search, transform_index

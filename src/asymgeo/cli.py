@@ -153,8 +153,8 @@ def _add_select(sub):
 
 def _run_select(args) -> int:
     from .data import load_triples
-    from .geometry import approximation_gap, relevance_moment
-    from .selection import cars_score
+    from .kernels.geometry import approximation_gap, relevance_moment
+    from .kernels.selection import cars_score
 
     if not 2 <= args.n_splits <= _MAX_SPLITS:
         raise ValueError(f"--n-splits: expected 2 to {_MAX_SPLITS:,} half-splits (a standard error needs at least 2), "
@@ -187,7 +187,7 @@ def _run_select(args) -> int:
 def _select_validation(args, tr) -> dict:
     import time
 
-    from .fold_validation import validate_selection
+    from .estimators.validation import validate_selection
 
     t0 = time.perf_counter()
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
@@ -286,7 +286,7 @@ def _run_evaluate(args) -> int:
     if getattr(args, "adapter", None):
         return _run_evaluate_adapter(args)
     from .data import evaluate_frozen
-    from .metrics import format_metrics
+    from .retrieval.metrics import format_metrics
 
     res = evaluate_frozen(args.dataset, args.encoder, split=args.split, k=args.k, data_dir=args.data_dir,
                           cache_dir=args.cache_dir, backend=args.backend, ties=args.ties)
@@ -301,7 +301,7 @@ def _run_evaluate(args) -> int:
 
 def _run_evaluate_adapter(args) -> int:
     from .adapters.workflow import evaluate_adapter
-    from .metrics import format_metrics
+    from .retrieval.metrics import format_metrics
 
     res = evaluate_adapter(args.dataset, args.encoder, args.adapter, split=args.split, k=args.k,
                            data_dir=args.data_dir, cache_dir=args.cache_dir, backend=args.backend,

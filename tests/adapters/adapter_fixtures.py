@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asymgeo.metrics import RelevanceTable
+from asymgeo.retrieval.metrics import RelevanceTable
 
 
 @dataclass

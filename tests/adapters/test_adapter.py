@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from asymgeo.adapters import Adapter
-from asymgeo.estimators import NotFittedError
-from asymgeo.metrics import evaluate_indices
-from asymgeo.search import exact_search
-from asymgeo.selection import cars_score
+from asymgeo.estimators.projections import NotFittedError
+from asymgeo.kernels.selection import cars_score
+from asymgeo.retrieval.metrics import evaluate_indices
+from asymgeo.retrieval.search import exact_search
 
 
 def _fit(problem, **kw):

@@ -10,7 +10,7 @@ from beir_fixtures import doc, query, write_beir
 
 from asymgeo.cli import build_parser, main
 from asymgeo.data import load_embeddings, load_triples, write_embeddings
-from asymgeo.selection import cars_score
+from asymgeo.kernels.selection import cars_score
 from reference_impl import naive_approximation_errors, naive_moment
 
 

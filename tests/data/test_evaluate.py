@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -77,16 +76,10 @@ def test_all_negative_grades_are_an_error(tmp_path, hand):
         evaluate_frozen(root, "enc", cache_dir=cache)
 
 
-def test_unknown_tie_order_and_deprecated_path(hand):
+def test_unknown_tie_order(hand):
     root, cache = hand
     with pytest.raises(ValueError, match="ties: expected one of"):
         evaluate_frozen(root, "enc", cache_dir=cache, ties="random")
-    import asymgeo.evaluation as old
-
-    with warnings.catch_warnings(record=True) as rec:
-        warnings.simplefilter("always")
-        fn = old.evaluate_frozen
-    assert fn is evaluate_frozen and any(issubclass(w.category, DeprecationWarning) for w in rec)
 
 
 def test_ties_straddling_the_cut_follow_trec_eval(tmp_path):

@@ -254,7 +254,7 @@ def test_triples_cache_false_never_writes(hand, count_searches):
 
 
 def test_mine_hard_negatives_returns_a_search_result():
-    from asymgeo.search import SearchResult
+    from asymgeo.retrieval.search import SearchResult
 
     C = np.array([[1.0, 0.0], [0.5, 0.0], [0.2, 0.0]], dtype=np.float32)
     res = mine_hard_negatives(np.array([[1.0, 0.0]]), C, [{0}], k=2)

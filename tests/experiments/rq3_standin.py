@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from asymgeo.estimators import DualProjection, SharedProjection
-from asymgeo.metrics import evaluate_indices
-from asymgeo.search import exact_search
+from asymgeo.estimators.projections import DualProjection, SharedProjection
+from asymgeo.retrieval.metrics import evaluate_indices
+from asymgeo.retrieval.search import exact_search
 
 FITTED: list[StandInAdapter] = []
 

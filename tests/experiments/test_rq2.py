@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from asymgeo.estimators.simulation import two_view_model
 from asymgeo.experiments import rq2
 from asymgeo.experiments.runner import cell_seed
-from asymgeo.geometry import psd_distance, relevance_moment
-from asymgeo.selection import half_splits
-from asymgeo.simulation import two_view_model
+from asymgeo.kernels.geometry import psd_distance, relevance_moment
+from asymgeo.kernels.selection import half_splits
 from reference_impl import naive_cars_score
 
 CFG = dict(angle=0.8, n=256, seed_index=1, rank=8, p=32, latent_rank=8, noise_sd=0.6, cars_splits=6,

@@ -23,9 +23,9 @@ from asymgeo.data import load_beir, load_embeddings, load_triples
 from asymgeo.experiments import rq3
 from asymgeo.experiments.report import build_report
 from asymgeo.experiments.runner import load_experiment, read_results, run_sweep
-from asymgeo.geometry import relevance_moment
-from asymgeo.rotation import query_rotation, relevance_planes
-from asymgeo.selection import cars_score
+from asymgeo.kernels.geometry import relevance_moment
+from asymgeo.kernels.rotation import query_rotation, relevance_planes
+from asymgeo.kernels.selection import cars_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import rq3_standin

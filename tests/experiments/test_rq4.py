@@ -9,8 +9,8 @@ import pytest
 from asymgeo.data import load_beir, load_triples
 from asymgeo.data.splits import fold_seed, fold_split, nested_subsets, query_folds
 from asymgeo.experiments import rq4
-from asymgeo.geometry import dual_truncate, shared_truncate
-from asymgeo.operator_risk import heldout_loss
+from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+from asymgeo.kernels.operator_risk import heldout_loss
 
 
 def _config(shared_dir, **kw):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from asymgeo.estimators.validation import validate_selection
 from asymgeo.experiments import table1
 from asymgeo.experiments.real_pool import pool_triples
 from asymgeo.experiments.runner import cell_seed
-from asymgeo.fold_validation import validate_selection
 
 
 @pytest.mark.slow

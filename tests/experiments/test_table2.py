@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from asymgeo.experiments import table2
-from asymgeo.geometry import dual_truncate, shared_truncate, tangent_projectors
+from asymgeo.kernels.geometry import dual_truncate, shared_truncate, tangent_projectors
 
 CFG = dict(p=12, rank=3, sigma=1.0, shared_signal=4.0, risk_draws=3000, sure_draws=40000, chunk=1000,
            master_seed=20260809)

@@ -1,4 +1,6 @@
-"""Trained shared and dual adapters on frozen embeddings (paper, Section 4 and Appendix F.1).
+"""Layer 6, adapters: trained shared/dual adapters, files, export; imports layers 0-5, and torch (only here).
+
+Trained shared and dual adapters on frozen embeddings (paper, Section 4 and Appendix F.1).
 
 The only layer that uses PyTorch, and only inside :meth:`Adapter.fit` (extra ``train``):
 importing this package, loading a saved adapter and scoring with it are numpy only.

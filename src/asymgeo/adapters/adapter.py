@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import as_float_matrix, check_positive, check_rank
-from ..estimators import NotFittedError, _Params
+from ..estimators.projections import NotFittedError, _Params
 
 __all__ = ["Adapter", "GEOMETRIES", "FORMS", "INITS"]
 
@@ -196,7 +196,7 @@ class Adapter(_Params):
         relevant_rows : n collections of corpus rows relevant to each query (masked out of
             the in-batch denominators), optional.
         validation_queries : (m, p) validation query embeddings, optional.
-        validation_relevance : :class:`asymgeo.metrics.RelevanceTable` over the validation
+        validation_relevance : :class:`asymgeo.retrieval.metrics.RelevanceTable` over the validation
             query rows and the corpus rows (required with ``validation_queries``).
         negative_rows : (n,) int triple negatives for the closed-form moment and CARS
             (default ``hard_negative_rows[:, 0]``; without any negatives the moment is
@@ -217,7 +217,7 @@ class Adapter(_Params):
         self.selection_ = None
         geometry = self.geometry
         if geometry == "auto":
-            from ..selection import cars_score
+            from ..kernels.selection import cars_score
 
             if data.Y_neg is None:
                 raise ValueError("negative_rows: geometry='auto' (CARS) needs triple negatives "
@@ -333,12 +333,12 @@ class Adapter(_Params):
         return self._check_input(X, "X") @ self.operator_
 
     def index(self, corpus: Any, *, dtype: Any = np.float32):
-        """Compact r-dimensional :class:`asymgeo.search.AdapterIndex` (projection form only:
+        """Compact r-dimensional :class:`asymgeo.retrieval.search.AdapterIndex` (projection form only:
         the augmented form needs the full embeddings; use :meth:`query_transform`)."""
         self._check_fitted()
         if self.form != "projection":
             raise ValueError("form: the compact r-dimensional index needs form='projection'; "
                              "for 'augmented' search the frozen index with query_transform(X)")
-        from ..search import AdapterIndex
+        from ..retrieval.search import AdapterIndex
 
         return AdapterIndex(corpus, self.query_map_, self.doc_map_, dtype=dtype)

@@ -167,7 +167,7 @@ def prepare_training(  # noqa: C901 - one flat sequence of argument checks
             raise ValueError(f"validation_queries: dimension {Vq.shape[1]} does not match X dimension {p}")
         for attr in ("rows", "n_docs", "grades"):
             if not hasattr(validation_relevance, attr):
-                raise TypeError("validation_relevance: expected an asymgeo.metrics.RelevanceTable, "
+                raise TypeError("validation_relevance: expected an asymgeo.retrieval.metrics.RelevanceTable, "
                                 f"got {type(validation_relevance).__name__}")
         if validation_relevance.n_docs != N:
             raise ValueError(f"validation_relevance: built over {validation_relevance.n_docs} documents, "
@@ -189,7 +189,7 @@ def closed_form_factors(data: TrainingData, geometry: str, rank: int) -> tuple[n
     ``P^T P = P_{s,r}(C)``; dual: ``A^T B = P_{d,r}(C)``.  Both factorisations are balanced,
     so ``||M||_2`` is the largest squared row norm of the query map.
     """
-    from ..geometry import dual_factors, shared_factors
+    from ..kernels.geometry import dual_factors, shared_factors
 
     X = data.X_np.astype(np.float64)
     D = data.Y_pos_np.astype(np.float64)

@@ -50,7 +50,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``."""
     from ..data import adaptation_split, load_beir, load_embeddings, load_triples
-    from ..metrics import RelevanceTable
+    from ..retrieval.metrics import RelevanceTable
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
@@ -74,8 +74,8 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
 
 def ndcg_at_10(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: np.ndarray | None = None) -> float:
     """Mean NDCG@10 (Appendix F, binary) by exact full-corpus search, optionally through ``operator``."""
-    from ..metrics import evaluate_indices
-    from ..search import exact_search
+    from ..retrieval.metrics import evaluate_indices
+    from ..retrieval.search import exact_search
 
     res = exact_search(queries, corpus, min(10, corpus.shape[0]), operator=operator)
     return float(evaluate_indices(res.indices, table, ["ndcg@10"]).mean["ndcg@10"])

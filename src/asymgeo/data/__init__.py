@@ -1,4 +1,6 @@
-"""Real retrieval data: BEIR datasets, encoder conventions, the embedding cache, splits, triples.
+"""Layer 5, data: BEIR files, encoders, embedding cache, splits, triples; imports layers 0-4, knows no geometry.
+
+Real retrieval data: BEIR datasets, encoder conventions, the embedding cache, splits, triples.
 
 This layer knows files and knows nothing about geometry.  Typical use::
 

@@ -1,6 +1,6 @@
 """Evaluate frozen embeddings (optionally through an operator) on a BEIR split.
 
-The dataset-aware glue over retrieval (:mod:`asymgeo.search`, :mod:`asymgeo.metrics`):
+The dataset-aware glue over retrieval (:mod:`asymgeo.retrieval.search`, :mod:`asymgeo.retrieval.metrics`):
 open the dataset and its verified embedding cache, rank the whole corpus by exact inner
 product for the split's judged queries, order exact ties as trec_eval does, score the
 ranking.  It lives in the data layer because it reads files; it imports only from the
@@ -16,21 +16,28 @@ from typing import Any
 
 import numpy as np
 
-from ..evaluation import default_metrics
-from ..metrics import EvalResult, RelevanceTable, evaluate_indices, order_ties_by_id, parse_metric
-from ..search import SearchResult, exact_search
+from ..retrieval.metrics import EvalResult, RelevanceTable, evaluate_indices, order_ties_by_id, parse_metric
+from ..retrieval.search import SearchResult, exact_search
 from .beir import BeirDataset, load_beir, warn_faults
 from .cache import load_embeddings
 from .encoders import EncoderSpec, get_encoder
 
-__all__ = ["evaluate_frozen", "TIE_ORDERS"]
+__all__ = ["evaluate_frozen", "default_metrics", "TIE_ORDERS"]
 
 logger = logging.getLogger(__name__)
 
 #: ``"trec_eval"``: exact score ties by document id descending (trec_eval, pytrec_eval, MTEB);
-#: ``"index"``: by lower corpus row (the order of :func:`asymgeo.search.exact_search`).
+#: ``"index"``: by lower corpus row (the order of :func:`asymgeo.retrieval.search.exact_search`).
 TIE_ORDERS = ("trec_eval", "index")
 _TIE_MARGIN = 16  # extra depth searched so a tie group at the cut is seen whole
+
+
+def default_metrics(k: int = 10) -> list[str]:
+    """``ndcg@k`` (the paper's), graded NDCG, recall@k and @100, precision, MRR, MAP at k."""
+    out = [f"ndcg@{k}", f"ndcg_graded@{k}", f"recall@{k}", f"precision@{k}", f"mrr@{k}", f"map@{k}"]
+    if k != 100:
+        out.insert(3, "recall@100")
+    return out
 
 
 def _search_resolving_ties(Q: np.ndarray, corpus: Any, depth: int, *, operator: Any, backend: str) -> SearchResult:
@@ -61,7 +68,7 @@ def evaluate_frozen(
 
     Each judged query ``x`` ranks every document ``y`` by ``s(x, y) = x^T M y`` with
     ``M = I`` (or ``operator``), the paper's Appendix F protocol; the ranking is scored by
-    :func:`asymgeo.metrics.evaluate_indices` (NDCG@k of Appendix F and friends).
+    :func:`asymgeo.retrieval.metrics.evaluate_indices` (NDCG@k of Appendix F and friends).
 
     Parameters
     ----------
@@ -72,10 +79,10 @@ def evaluate_frozen(
     k : cut-off of the default metrics.
     metrics : explicit ``NAME@K`` list (overrides ``k``).
     operator : optional (p, p) operator ``M``: rank by ``x^T M y``.
-    backend : search backend (see :func:`asymgeo.search.exact_search`).
+    backend : search backend (see :func:`asymgeo.retrieval.search.exact_search`).
     ties : ``"trec_eval"`` (default) orders exactly equal scores by document id
         descending, as trec_eval does, so published figures reproduce; ``"index"`` keeps
-        the lower-corpus-row order of :func:`~asymgeo.search.exact_search`.
+        the lower-corpus-row order of :func:`~asymgeo.retrieval.search.exact_search`.
 
     Returns
     -------

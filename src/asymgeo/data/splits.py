@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from ..folds import (
+from ..kernels.folds import (
     FOLD_SEED,
     NESTED_SIZES,
     fold_seed,

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._atomic import atomic_path
 from .._validation import check_int
-from ..search import SearchResult, exact_search
+from ..retrieval.search import SearchResult, exact_search
 from .beir import BeirDataset, load_beir, warn_faults
 from .cache import EmbeddingCache, load_embeddings, verify_cache
 from .encoders import EncoderSpec

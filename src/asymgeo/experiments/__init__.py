@@ -1,1 +1,1 @@
-"""Experiments: the embedded demo, the sweep runner and one module per paper experiment."""
+"""Layer 7, experiments: the demo, the sweep runner, one module per paper experiment; imports layers 0-6."""

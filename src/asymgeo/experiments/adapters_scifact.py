@@ -59,7 +59,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     from ..adapters.adapter import Adapter
     from ..adapters.baseline import closed_form_adapter
     from ..data import nested_subsets
-    from ..selection import cars_score
+    from ..kernels.selection import cars_score
     from .runner import cell_seed
 
     torch.set_num_threads(1)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..data.splits import FOLD_SEED, NESTED_SIZES, fold_seed, fold_split, nested_subsets, query_folds
-from ..operator_risk import centre
+from ..kernels.operator_risk import centre
 
 __all__ = ["Pool", "pool_triples", "FoldDesign", "fold_design", "fold_arrays", "CENTRINGS"]
 

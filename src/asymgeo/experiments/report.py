@@ -127,7 +127,7 @@ def _rq1_section(df, fig_path: Path, fig_rel: str) -> tuple[str, list[list[str]]
             + "the paper does not specify how its loadings are drawn or how many test queries it "
               "uses, and the crossing size of a given angle depends on that draw (our document "
               "loading rotates each query direction into its own orthogonal plane, "
-              "`asymgeo.simulation`).")
+              "`asymgeo.estimators.simulation`).")
     note_text = ("\n### Where we differ\n\n" + "\n".join(notes) + "\n") if notes else ""
     text = f"""## RQ1: the boundary in two-view retrieval (Figure 3)
 

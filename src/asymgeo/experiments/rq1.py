@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..estimators import DualProjection, SharedProjection
-from ..geometry import approximation_gap, psd_distance
-from ..selection import cars_score
-from ..simulation import candidate_ndcg, two_view_model
+from ..estimators.projections import DualProjection, SharedProjection
+from ..estimators.simulation import candidate_ndcg, two_view_model
+from ..kernels.geometry import approximation_gap, psd_distance
+from ..kernels.selection import cars_score
 from .runner import cell_seed
 
 __all__ = ["cell", "summarise", "first_positive", "first_significant", "claims", "plot", "PAPER_FIRST_POSITIVE"]

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import psd_distance
-from ..selection import cars_score
-from ..simulation import two_view_model
+from ..estimators.simulation import two_view_model
+from ..kernels.geometry import psd_distance
+from ..kernels.selection import cars_score
 from .runner import cell_seed
 
 __all__ = ["cell", "summarise", "plot", "claims"]

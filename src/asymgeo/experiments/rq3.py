@@ -9,7 +9,7 @@ Data (per dataset and encoder, the same in every cell)
       train/dev/test; SciFact the 647/162/300 adaptation split (its whole training pool
       is 647 queries, so "n = 1024" on SciFact is the full pool of 647 — recorded as
       ``n_used`` and ``n_capped``);
-    * the rotation planes (:func:`asymgeo.rotation.relevance_planes`) from the relevance
+    * the rotation planes (:func:`asymgeo.kernels.rotation.relevance_planes`) from the relevance
       moment and the queries of the **full training pool** only (unrotated triples of
       :func:`asymgeo.data.load_triples`); validation and test never enter;
     * the rotation :math:`R(\theta)` applies to **every** query embedding (train,
@@ -139,7 +139,7 @@ def parse_learning_rates(value: Any) -> tuple[float, ...]:
 @dataclass(frozen=True)
 class _Split:
     Q: np.ndarray            # (m, p) float32 query embeddings, rows in table.query_ids order
-    table: Any               # asymgeo.metrics.RelevanceTable over the corpus rows
+    table: Any               # asymgeo.retrieval.metrics.RelevanceTable over the corpus rows
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class _Base:
 
 
 def _split_table(ds: Any, emb: Any, ids: Sequence[str], what: str) -> _Split:
-    from ..metrics import RelevanceTable
+    from ..retrieval.metrics import RelevanceTable
 
     labels = ds.all_qrels()
     qrels = {q: labels[q] for q in ids if labels.get(q)}
@@ -175,8 +175,8 @@ def _load_base(dataset: str, encoder: str, data_dir: str, cache_dir: str, n_plan
                query_energy: float, split_seed: int, n_negatives: int) -> _Base:
     """Everything a cell of (dataset, encoder) shares; cached per worker process."""
     from ..data import adaptation_split, load_beir, load_embeddings, load_triples
-    from ..geometry import relevance_moment
-    from ..rotation import relevance_planes
+    from ..kernels.geometry import relevance_moment
+    from ..kernels.rotation import relevance_planes
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
@@ -213,8 +213,8 @@ def _load_base(dataset: str, encoder: str, data_dir: str, cache_dir: str, n_plan
 
 
 def _evaluate(Q: np.ndarray, base: _Base, table: Any, operator: np.ndarray | None) -> Any:
-    from ..metrics import evaluate_indices
-    from ..search import exact_search
+    from ..retrieval.metrics import evaluate_indices
+    from ..retrieval.search import exact_search
 
     res = exact_search(Q, base.corpus, 10, operator=operator, backend="numpy", device="cpu")
     return evaluate_indices(res.indices, table, list(METRICS))
@@ -295,7 +295,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         return out
 
     from ..data import mine_hard_negatives
-    from ..rotation import rotate_queries
+    from ..kernels.rotation import rotate_queries
 
     theta = float(np.deg2rad(angle_deg))
     idx = np.random.default_rng(subset_seed).permutation(n_pool)[:n_used]
@@ -346,7 +346,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     )
     splits = int(config.get("cars_splits", 20))
     if splits > 0 and n_used >= 4:
-        from ..selection import cars_score
+        from ..kernels.selection import cars_score
 
         cars = cars_score(X, base.corpus[pos], base.corpus[hard[:, 0]], rank, n_splits=splits, seed=cars_seed,
                           n_jobs=1)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..operator_risk import log2_slope, mean_term, prefix_moments, truncation_losses
+from ..kernels.operator_risk import log2_slope, mean_term, prefix_moments, truncation_losses
 from .real_pool import fold_arrays, fold_design, pool_triples
 
 __all__ = ["cell", "summarise", "slopes", "claims", "mean_terms", "plot", "plot_means", "PAPER_SLOPES", "ALL_RANKS"]
@@ -138,7 +138,7 @@ def summarise(df):
 
 def mean_terms(df):
     """Per (dataset, encoder): mean over the raw cells of the rank-1 mean term's share of the
-    training moment (:func:`asymgeo.operator_risk.mean_term`), its centred share and cosine."""
+    training moment (:func:`asymgeo.kernels.operator_risk.mean_term`), its centred share and cosine."""
     raw = df[df["centring"] == "raw"] if "centring" in df else df
     return (raw.groupby(["dataset", "encoder"], sort=True)[["mean_share", "mean_centred_share", "mean_cosine", "p"]]
             .mean().reset_index())

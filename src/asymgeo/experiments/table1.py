@@ -1,7 +1,7 @@
 """Table 1: five-fold geometry selection on frozen real embeddings (Section 5.4, Appendix F.1).
 
 One cell = (projection, centring, dataset, encoder, fold, rank): every nested training size
-of one held-out fold (:func:`asymgeo.fold_validation.fold_cells`), with CARS (eq. 7, 20
+of one held-out fold (:func:`asymgeo.estimators.validation.fold_cells`), with CARS (eq. 7, 20
 half-splits) and SURE (eq. 4, plug-in sigma) run on the fixed random selector projection
 (``projection = 256``; identity when p <= 256) or on the full space (``projection = 0``).
 The losses are always those of the full-space truncations.  Regret, accuracy, reduction
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fold_validation import fixed_projection, fold_cells
+from ..estimators.validation import fixed_projection, fold_cells
 from .real_pool import fold_arrays, fold_design, pool_triples
 from .runner import cell_seed
 
@@ -81,7 +81,7 @@ def summarise(cells):
     fixed rule, strict fold wins."""
     import pandas as pd
 
-    from ..fold_validation import summarise_cells
+    from ..estimators.validation import summarise_cells
 
     rows = []
 

@@ -1,7 +1,7 @@
 """Table 2: local-risk (Theorem 2) and SURE (Theorem 3) calibration, Appendix F.
 
 Design (fixed for every cell, from ``cell_seed(master, 0)``): a rank-r PSD point
-``S = U diag(2..1) U^T`` in dimension p (:func:`~asymgeo.simulation.local_gaussian_point`),
+``S = U diag(2..1) U^T`` in dimension p (:func:`~asymgeo.estimators.simulation.local_gaussian_point`),
 a unit direction ``E_A`` in the dual-only space ``A = T_d ∩ T_s^⊥`` and a unit
 direction ``E_s`` in ``T_s``.  At signal level ``level = δ²/(σ²k)`` the local
 direction is ``H = δ E_A + sqrt(shared_signal) E_s`` (so ``||Π_A H||² = δ²``).
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..geometry import tangent_dims, tangent_projectors
-from ..simulation import local_gaussian_point
-from ..theory import local_risks, sure_select_probability
+from ..estimators.simulation import local_gaussian_point
+from ..kernels.geometry import tangent_dims, tangent_projectors
+from ..kernels.theory import local_risks, sure_select_probability
 from .runner import cell_seed
 
 __all__ = ["design", "batched_dual_truncate", "batched_shared_truncate", "cell", "summarise",

@@ -1,0 +1,416 @@
+r"""Five-fold validation of the geometry decision (paper Table 1 protocol, Appendix F.1).
+
+:func:`validate_selection` answers "how far can I trust CARS's shared/dual decision on my
+own labelled queries?".  It runs the protocol of Table 1 at one rank: query ids sorted,
+permuted with seed 20260923 and cut into balanced held-out folds; each fold's held-out
+queries define the target moment :math:`M_{\rm test}`; the other folds, permuted with seed
+20260924 + fold, give nested training prefixes of 32, 64, ..., 4096 queries (plus the whole
+training pool when it has at most 4096).  In every (fold, size) cell
+
+* both truncations of the training moment are scored by the held-out loss
+  :math:`L_g = \|\widehat M_g - M_{\rm test}\|_F^2/\|M_{\rm test}\|_F^2`
+  (:func:`asymgeo.kernels.operator_risk.truncation_losses`);
+* CARS (eq. 7) and the SURE rule with its plug-in :math:`\sigma` (eq. 4) choose a geometry
+  from the training prefix alone;
+* the regret of a rule is :math:`L_{\hat g} - \min(L_s, L_d)`; a choice is correct when it
+  names the lower-loss geometry (ties to shared).
+
+Regret and accuracy are averaged over the cells of a fold, then over folds (Section 4).
+Training moments of all sizes are prefix sums of per-query outer products
+(:func:`asymgeo.kernels.operator_risk.prefix_moments`), never recomputed per size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validation import as_float_matrix, check_rank, check_same_shape, check_seed
+from ..kernels.folds import FOLD_SEED, NESTED_SIZES, fold_seed, fold_split, nested_subsets, query_folds
+from ..kernels.operator_risk import centre, prefix_moments, truncation_losses
+from ..kernels.selection import MIN_CARS_TRIPLES, cars_score, selector_projection
+
+__all__ = [
+    "SelectionValidation",
+    "validate_selection",
+    "fold_cells",
+    "row_space_basis",
+    "fixed_projection",
+    "summarise_cells",
+    "RULES",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Selection rules compared in every cell (Table 1 columns plus SURE).
+RULES = ("cars", "shared", "dual", "sure")
+
+
+def _derived_seed(seed: int, *coords: int) -> int:
+    ss = np.random.SeedSequence(int(seed), spawn_key=tuple(int(c) for c in coords))
+    return int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+def _sure_choice(X: np.ndarray, D: np.ndarray, rank: int) -> tuple[str, float]:
+    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(selector="sure")``;
+    ``("shared", nan)`` when it does not apply (fewer than ``rank`` positive eigenvalues)."""
+    from .projections import GeometrySelector
+
+    try:
+        sel = GeometrySelector(rank=rank, selector="sure").fit(X, D, np.zeros_like(D))
+    except ValueError:
+        return "shared", float("nan")
+    return str(sel.choice_), float(sel.score_)
+
+
+def row_space_basis(X: np.ndarray, D: np.ndarray, min_dim: int = 1) -> np.ndarray | None:
+    r"""Orthonormal basis ``Q`` (p, k) of the span of the rows of ``X`` and ``D``, widened to
+    at least ``min_dim`` columns; None when ``k`` would not be below p.
+
+    CARS is exact in this basis: every half moment :math:`\widehat C_I = Q (Q^\top \widehat C_I Q) Q^\top`,
+    both truncations commute with the embedding ``Q``, and Frobenius inner products are
+    preserved, so ``cars_score(X Q, D Q, ...) == cars_score(X, D, ...)`` (same splits) at a cost
+    in ``k <= 2m`` instead of p dimensions.  (SURE is not invariant: its tangent dimensions
+    depend on p.)
+    """
+    m, p = X.shape
+    k = max(2 * m, int(min_dim))
+    if k >= p:
+        return None
+    Q, _ = np.linalg.qr(np.concatenate([X, D], axis=0).T)  # (p, 2m)
+    if Q.shape[1] < k:  # widen with directions orthogonal to the data (zero moment there)
+        extra = np.random.default_rng(0).standard_normal((p, k - Q.shape[1]))
+        extra -= Q @ (Q.T @ extra)
+        Q = np.concatenate([Q, np.linalg.qr(extra)[0]], axis=1)
+    return Q
+
+
+def fold_cells(
+    X: np.ndarray,
+    D: np.ndarray,
+    train_order: Sequence[int],
+    test_rows: Sequence[int],
+    sizes: Sequence[int],
+    ranks: Sequence[int],
+    *,
+    fold: int = 0,
+    n_splits: int = 20,
+    seed: int = 0,
+    projection: np.ndarray | None = None,
+    sure: bool = True,
+    n_jobs: int | None = None,
+    reduce: bool = True,
+) -> list[dict[str, Any]]:
+    r"""Every (size, rank) cell of one held-out fold.
+
+    Parameters
+    ----------
+    X, D : (n, p) queries and ``Y_pos - Y_neg`` of all labelled queries (centre them first
+        if wanted, with training means).
+    train_order : rows of the training pool in nested order (prefix ``m`` = size ``m``).
+    test_rows : rows of the held-out fold (its moment is :math:`M_{\rm test}`).
+    sizes : training prefix lengths (each <= len(train_order), >= 4).
+    ranks : fitted ranks.
+    fold : fold index (enters the CARS split seeds).
+    n_splits : CARS half-splits L.
+    seed : base seed; CARS at size m uses ``SeedSequence(seed, spawn_key=(fold, m))``,
+        the same splits for every rank.
+    projection : (p, q) fixed selector projection ``R``: CARS and SURE see ``X R, D R``
+        (the losses are always of the full-space operators).  None: no projection.
+    sure : also run the SURE rule.
+    reduce : run CARS in the row space of the training prefix when ``2 m`` is below the
+        dimension (:func:`row_space_basis`; exact, same splits, much faster at small m).
+
+    Returns
+    -------
+    list of dicts with keys ``fold, size, rank, loss_shared, loss_dual, cars_score, cars_se,
+    cars_choice, raw_distance, corrected_distance, sure_choice, sure_score``.
+    """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    check_same_shape({"X": X, "D": D})
+    train = np.asarray(train_order, dtype=np.int64)
+    test = np.asarray(test_rows, dtype=np.int64)
+    for name, idx in (("train_order", train), ("test_rows", test)):
+        if idx.ndim != 1 or (idx.size and (idx.min() < 0 or idx.max() >= X.shape[0])):
+            raise ValueError(f"{name}: expected row numbers in [0, {X.shape[0]})")
+    if projection is not None and (projection.ndim != 2 or projection.shape[0] != X.shape[1]):
+        raise ValueError(f"projection: expected shape ({X.shape[1]}, q), got {projection.shape}")
+    if test.size == 0:
+        raise ValueError("test_rows: the held-out fold is empty")
+    if np.intersect1d(train, test).size:
+        raise ValueError("test_rows: held-out rows overlap the training pool")
+    sizes = sorted({int(m) for m in sizes})
+    if sizes and (sizes[0] < MIN_CARS_TRIPLES or sizes[-1] > train.size):
+        raise ValueError(f"sizes: expected sizes in [{MIN_CARS_TRIPLES}, {train.size}], got {sizes}")
+    Xt, Dt = X[test], D[test]
+    M_test = Xt.T @ Dt / test.size
+    Xtr, Dtr = X[train], D[train]
+    moments = prefix_moments(Xtr, Dtr, sizes)
+    if projection is not None:
+        Xs, Ds = Xtr @ projection, Dtr @ projection
+    else:
+        Xs, Ds = Xtr, Dtr
+    rows: list[dict[str, Any]] = []
+    for m in sizes:
+        losses = truncation_losses(moments[m], M_test, ranks)
+        split_seed = _derived_seed(seed, fold, m)
+        Xm, Dm = Xs[:m], Ds[:m]
+        zeros = np.zeros_like(Dm)
+        Q = row_space_basis(Xm, Dm, max(losses.ranks)) if reduce else None
+        Xc, Dc = (Xm, Dm) if Q is None else (Xm @ Q, Dm @ Q)
+        zc = zeros if Q is None else np.zeros_like(Dc)
+        for j, r in enumerate(losses.ranks):
+            cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=n_jobs)
+            sure_choice, sure_score = _sure_choice(Xm, Dm, int(r)) if sure else ("", float("nan"))
+            rows.append({
+                "fold": int(fold),
+                "size": int(m),
+                "rank": int(r),
+                "loss_shared": float(losses.shared[j]),
+                "loss_dual": float(losses.dual[j]),
+                "cars_score": cars.score,
+                "cars_se": cars.standard_error,
+                "cars_choice": cars.choice,
+                "raw_distance": cars.raw_distance,
+                "corrected_distance": cars.corrected_distance,
+                "sure_choice": sure_choice,
+                "sure_score": sure_score,
+            })
+    return rows
+
+
+def _cell_regrets(row: dict[str, Any]) -> dict[str, float]:
+    ls, ld = row["loss_shared"], row["loss_dual"]
+    best = min(ls, ld)
+    out = {"shared": ls - best, "dual": ld - best}
+    out["cars"] = (ld if row["cars_choice"] == "dual" else ls) - best
+    if row.get("sure_choice"):
+        out["sure"] = (ld if row["sure_choice"] == "dual" else ls) - best
+    return out
+
+
+def _winner(row: dict[str, Any]) -> str:
+    return "dual" if row["loss_dual"] < row["loss_shared"] else "shared"  # ties to shared
+
+
+def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Table 1 aggregates of the cells of several folds (one dataset, encoder, variant).
+
+    Accuracy and regret are averaged over cells within each fold, then over folds.
+    Returns ``cars_accuracy``, ``regret`` (per rule), ``reduction`` (1 - CARS regret / the
+    better fixed rule's regret; NaN when that is 0), ``fold_wins`` (folds where CARS's mean
+    regret is strictly below both fixed rules'), ``folds`` (per-fold figures) and
+    ``per_size`` (per training size: how many folds chose dual, how many held-out winners
+    were dual, accuracy and mean regrets).
+    """
+    if not rows:
+        raise ValueError("rows: no cells to summarise")
+    rules = [r for r in RULES if r != "sure" or all(row.get("sure_choice") for row in rows)]
+    by_fold: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_fold.setdefault(int(row["fold"]), []).append(row)
+    folds: list[dict[str, Any]] = []
+    fold_regret: list[dict[str, float]] = []
+    for f in sorted(by_fold):
+        cells = by_fold[f]
+        regs = [_cell_regrets(c) for c in cells]
+        reg = {g: float(np.mean([r[g] for r in regs])) for g in rules}
+        fold_regret.append(reg)
+        folds.append({
+            "fold": f,
+            "cells": len(cells),
+            "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
+            "regret": reg,
+            "cars_wins": bool(reg["cars"] < reg["shared"] and reg["cars"] < reg["dual"]),
+        })
+    regret = {g: float(np.mean([reg[g] for reg in fold_regret])) for g in rules}
+    better_fixed = min(regret["shared"], regret["dual"])
+    per_size = []
+    for m in sorted({int(r["size"]) for r in rows}):
+        cells = [r for r in rows if int(r["size"]) == m]
+        regs = [_cell_regrets(c) for c in cells]
+        per_size.append({
+            "size": m,
+            "cells": len(cells),
+            "cars_dual": int(sum(c["cars_choice"] == "dual" for c in cells)),
+            "heldout_dual": int(sum(_winner(c) == "dual" for c in cells)),
+            "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
+            "mean_advantage": float(np.mean([c["loss_shared"] - c["loss_dual"] for c in cells])),
+            "regret": {g: float(np.mean([r[g] for r in regs])) for g in rules},
+        })
+    return {
+        "cars_accuracy": float(np.mean([fd["accuracy"] for fd in folds])),
+        "regret": regret,
+        "reduction": float(1.0 - regret["cars"] / better_fixed) if better_fixed > 0 else float("nan"),
+        "fold_wins": int(sum(bool(fd["cars_wins"]) for fd in folds)),
+        "folds": folds,
+        "per_size": per_size,
+    }
+
+
+@dataclass(frozen=True)
+class SelectionValidation:
+    """Outcome of :func:`validate_selection` (attributes as in :func:`summarise_cells`).
+
+    Attributes
+    ----------
+    cars_accuracy : fraction of (fold, size) cells where CARS chose the lower held-out loss.
+    regret : mean regret per rule (``cars``, ``shared``, ``dual``, ``sure``).
+    reduction : 1 - CARS regret / better fixed rule's regret; ``None`` when the better fixed rule
+        has zero regret (nothing to reduce: the quotient is undefined).
+    fold_wins : folds where CARS beat both fixed rules strictly.
+    folds, per_size : per-fold and per-size figures.
+    cells : every (fold, size) cell (losses, scores, choices).
+    rank, n, n_folds, n_splits, selector_dim, centred, seed : the protocol used.
+    """
+
+    cars_accuracy: float
+    regret: dict[str, float]
+    reduction: float | None
+    fold_wins: int
+    folds: list[dict[str, Any]]
+    per_size: list[dict[str, Any]]
+    cells: list[dict[str, Any]] = field(repr=False)
+    rank: int
+    n: int
+    n_folds: int
+    n_splits: int
+    selector_dim: int | None
+    centred: bool
+    seed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cars_accuracy": self.cars_accuracy,
+            "regret": dict(self.regret),
+            "reduction": self.reduction,
+            "fold_wins": self.fold_wins,
+            "folds": self.folds,
+            "per_size": self.per_size,
+            "rank": self.rank,
+            "n": self.n,
+            "n_folds": self.n_folds,
+            "n_splits": self.n_splits,
+            "selector_dim": self.selector_dim,
+            "centred": self.centred,
+            "seed": self.seed,
+        }
+
+
+def fixed_projection(p: int, selector_dim: int | None, seed: int) -> np.ndarray | None:
+    """The fixed selector projection of a validation run: ``selector_projection(p, dim)``
+    from ``SeedSequence(seed, spawn_key=(1_000_000,))``; None when ``selector_dim`` is None
+    or >= p (identity)."""
+    if selector_dim is None:
+        return None
+    dim = check_rank(selector_dim, 10**12, "selector_dim")
+    if dim >= p:
+        return None
+    return selector_projection(p, dim, _derived_seed(seed, 1_000_000))
+
+
+def validate_selection(
+    X: np.ndarray,
+    Y_pos: np.ndarray,
+    Y_neg: np.ndarray,
+    rank: int,
+    *,
+    folds: int = 5,
+    n_splits: int = 20,
+    selector_dim: int | None = None,
+    seed: int = 0,
+    query_ids: Sequence[str] | None = None,
+    sizes: Sequence[int] = NESTED_SIZES,
+    centred: bool = False,
+    sure: bool = True,
+    n_jobs: int | None = None,
+) -> SelectionValidation:
+    r"""Five-fold held-out check of the CARS geometry decision at one rank (Table 1 protocol).
+
+    For each held-out fold and nested training size: held-out losses
+    :math:`L_g = \|\widehat M_g - M_{\rm test}\|_F^2/\|M_{\rm test}\|_F^2` of both truncations,
+    CARS (eq. 7) and SURE (eq. 4, plug-in :math:`\sigma`) choices from the training prefix,
+    and the regret :math:`L_{\hat g} - \min(L_s, L_d)` of CARS, always-shared, always-dual
+    and SURE.
+
+    Parameters
+    ----------
+    X, Y_pos, Y_neg : (n, p) labelled triples, one per query (the pool that the decision uses).
+    rank : fitted rank r.
+    folds : number of held-out folds (paper: 5).
+    n_splits : CARS half-splits L (paper: 20).
+    selector_dim : fixed random selector projection dimension (paper: 256), or None.
+    seed : base seed of the CARS splits and the projection.
+    query_ids : ids of the rows (fold assignment sorts and permutes them with seed 20260923);
+        default the row numbers, zero-padded.
+    sizes : nested training sizes (sizes above the pool are dropped; the full pool is added
+        when it has at most ``max(sizes)`` queries).
+    centred : centre queries and ``Y_pos - Y_neg`` with each fold's training-pool means
+        (held-out rows shifted by the same means); the rank-1 mean term is left out of both
+        geometries.
+    sure : also evaluate the SURE rule.
+    n_jobs : CARS threads (see :func:`asymgeo.cars_score`).
+    """
+    X = as_float_matrix(X, "X")
+    Yp = as_float_matrix(Y_pos, "Y_pos")
+    Yn = as_float_matrix(Y_neg, "Y_neg")
+    check_same_shape({"X": X, "Y_pos": Yp, "Y_neg": Yn})
+    D = Yp - Yn
+    del Yp, Yn
+    n, p = X.shape
+    rank = check_rank(rank, p if selector_dim is None else min(p, int(selector_dim)))
+    check_seed(seed)
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
+        raise ValueError(f"folds: expected an integer >= 2, got {folds!r}")
+    if query_ids is None:
+        width = len(str(max(n - 1, 0)))
+        ids = [f"{i:0{width}d}" for i in range(n)]
+    else:
+        ids = [str(q) for q in query_ids]
+        if len(ids) != n:
+            raise ValueError(f"query_ids: expected {n} ids (one per row of X), got {len(ids)}")
+    min_pool = n - -(-n // folds)
+    if min_pool < MIN_CARS_TRIPLES:
+        raise ValueError(
+            f"X: {n} queries leave {min_pool} training queries per fold with folds = {folds}; "
+            f"CARS needs at least {MIN_CARS_TRIPLES}"
+        )
+    row_of = {q: i for i, q in enumerate(ids)}
+    fold_ids = query_folds(ids, folds, FOLD_SEED)
+    projection = fixed_projection(p, selector_dim, seed)
+    cells: list[dict[str, Any]] = []
+    for f in range(folds):
+        pool, held = fold_split(fold_ids, f)
+        nested = nested_subsets(pool, sizes, seed=fold_seed(f))
+        order = [row_of[q] for q in nested[max(nested)]]
+        test = [row_of[q] for q in held]
+        Xf, Df = X, D
+        if centred:
+            rows = [row_of[q] for q in pool]  # the whole training pool, never held-out rows
+            Xf, Df = centre(X, D, X[rows].mean(axis=0), D[rows].mean(axis=0))
+        fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
+        logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
+        cells += fold_cells(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
+                            projection=projection, sure=sure, n_jobs=n_jobs)
+    s = summarise_cells(cells)
+    return SelectionValidation(
+        cars_accuracy=s["cars_accuracy"],
+        regret=s["regret"],
+        reduction=float(s["reduction"]) if np.isfinite(s["reduction"]) else None,
+        fold_wins=s["fold_wins"],
+        folds=s["folds"],
+        per_size=s["per_size"],
+        cells=cells,
+        rank=rank,
+        n=n,
+        n_folds=int(folds),
+        n_splits=int(n_splits),
+        selector_dim=None if selector_dim is None else int(selector_dim),
+        centred=bool(centred),
+        seed=int(seed),
+    )

@@ -1,0 +1,253 @@
+r"""Held-out operator risk (paper Section 4, RQ4; Appendix F.1): kernels on arrays.
+
+For geometry ``g`` in {shared, dual} and a training moment ``C``, the normalised held-out loss is
+
+.. math:: L_g = \frac{\|\widehat M_g - M_{\rm test}\|_F^2}{\|M_{\rm test}\|_F^2},
+
+with :math:`\widehat M_d = \mathcal P_{d,r}(C)` (rank-r SVD truncation) and
+:math:`\widehat M_s = \mathcal P_{s,r}(C)` (positive eigen-truncation of ``sym(C)``, Theorem 1);
+positive ``L_s - L_d`` favours dual.  The moment of any subset is a sum of per-query outer
+products :math:`X_i D_i^\top` (``D = Y^+ - Y^-``), so nested training sizes are prefix sums
+over one permutation (:func:`prefix_moments`), each block computed as ``X_I^T D_I`` by BLAS.
+
+Centring (:func:`mean_term`, :func:`centre`): with means :math:`\bar x` and :math:`\bar d`,
+
+.. math:: \frac1n\sum_i X_i D_i^\top = \frac1n\sum_i (X_i-\bar x)(D_i-\bar d)^\top + \bar x\,\bar d^\top,
+
+so the relevance moment is a centred (directional) part plus a rank-1 *mean term*; the share
+of the moment's energy held by the mean term says whether a dual advantage could be a
+common-mean offset rather than directional structure.
+
+No I/O and no state: the experiment cells (:mod:`asymgeo.experiments.rq4`,
+:mod:`asymgeo.experiments.table1`) and :func:`asymgeo.validate_selection` compose these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_float_matrix, check_rank, check_same_shape, check_square
+from .geometry import sym
+
+__all__ = [
+    "heldout_loss",
+    "TruncationLosses",
+    "truncation_losses",
+    "prefix_moments",
+    "MeanTerm",
+    "mean_term",
+    "centre",
+    "log2_slope",
+]
+
+
+def _check_target(M_test: np.ndarray, name: str = "M_test") -> tuple[np.ndarray, float]:
+    T = as_float_matrix(M_test, name)
+    check_square(T, name)
+    norm2 = float(np.sum(T * T))
+    if norm2 == 0.0:
+        raise ValueError(f"{name}: the held-out moment is exactly zero; the normalised loss is undefined")
+    return T, norm2
+
+
+def heldout_loss(M_hat: np.ndarray, M_test: np.ndarray) -> float:
+    r"""Normalised held-out operator loss (paper Section 4, RQ4).
+
+    .. math:: L = \|\widehat M - M_{\rm test}\|_F^2 / \|M_{\rm test}\|_F^2
+
+    Parameters
+    ----------
+    M_hat : (p, p) fitted operator.
+    M_test : (p, p) held-out relevance moment (not all zero).
+    """
+    T, norm2 = _check_target(M_test)
+    M = as_float_matrix(M_hat, "M_hat")
+    check_same_shape({"M_test": T, "M_hat": M})
+    R = M - T
+    return float(np.sum(R * R)) / norm2
+
+
+@dataclass(frozen=True)
+class TruncationLosses:
+    """Held-out losses of both truncations of one training moment at several ranks.
+
+    Attributes
+    ----------
+    ranks : (k,) int ranks, in the order asked.
+    shared, dual : (k,) normalised losses ``L_s`` and ``L_d``.
+    advantage : (k,) ``L_s - L_d`` (positive favours dual).
+    """
+
+    ranks: np.ndarray
+    shared: np.ndarray
+    dual: np.ndarray
+
+    @property
+    def advantage(self) -> np.ndarray:
+        return self.shared - self.dual
+
+
+def truncation_losses(C: np.ndarray, M_test: np.ndarray, ranks: Sequence[int]) -> TruncationLosses:
+    r"""``L_s`` and ``L_d`` of the rank-r truncations of ``C`` for every rank, from one
+    full eigendecomposition and one full SVD.
+
+    With :math:`\mathrm{sym}(C) = \sum_j \eta_j q_j q_j^\top` (descending) and
+    :math:`C = \sum_j s_j u_j v_j^\top`,
+
+    .. math::
+        \|\mathcal P_{s,r}(C) - T\|_F^2 = \sum_{j\le r}(\eta_j^+)^2 - 2\sum_{j\le r}\eta_j^+ q_j^\top T q_j + \|T\|_F^2,
+        \qquad
+        \|\mathcal P_{d,r}(C) - T\|_F^2 = \sum_{j\le r}s_j^2 - 2\sum_{j\le r}s_j u_j^\top T v_j + \|T\|_F^2,
+
+    each divided by :math:`\|T\|_F^2` (the RQ4 loss; Theorem 1's truncations).
+
+    Parameters
+    ----------
+    C : (p, p) training relevance moment.
+    M_test : (p, p) held-out target moment.
+    ranks : ranks r, each in [1, p].
+    """
+    C = as_float_matrix(C, "C")
+    check_square(C, "C")
+    T, t2 = _check_target(M_test)
+    check_same_shape({"C": C, "M_test": T})
+    p = C.shape[0]
+    rs = np.asarray([check_rank(r, p) for r in ranks], dtype=np.int64)
+    if rs.size == 0:
+        raise ValueError("ranks: expected at least one rank")
+    eta, Q = np.linalg.eigh(sym(C))
+    eta, Q = eta[::-1], Q[:, ::-1]
+    eta_plus = np.maximum(eta, 0.0)
+    qTq = np.einsum("ij,ij->j", Q, sym(T) @ Q)
+    U, s, Vt = np.linalg.svd(C)
+    uTv = np.einsum("ij,ji->i", U.T @ T, Vt.T)
+    cum_s = np.concatenate([[0.0], np.cumsum(eta_plus**2 - 2.0 * eta_plus * qTq)])
+    cum_d = np.concatenate([[0.0], np.cumsum(s**2 - 2.0 * s * uTv)])
+    shared = (cum_s[rs] + t2) / t2
+    dual = (cum_d[rs] + t2) / t2
+    # Guard the round-off of the expansion: a loss is a squared norm.
+    return TruncationLosses(ranks=rs, shared=np.maximum(shared, 0.0), dual=np.maximum(dual, 0.0))
+
+
+def prefix_moments(X: np.ndarray, D: np.ndarray, sizes: Sequence[int]) -> dict[int, np.ndarray]:
+    r"""Moments :math:`\widehat C_m = \frac1m\sum_{i<m} X_i D_i^\top` of the first ``m`` rows,
+    for every ``m`` in ``sizes`` (Section 3.2's :math:`\widehat C_I` for nested prefixes I).
+
+    Running sums: each block between consecutive sizes is added once as ``X_blk^T D_blk``
+    (BLAS), so all nested moments cost one pass over the rows.
+
+    Parameters
+    ----------
+    X, D : (n, p) queries and ``Y_pos - Y_neg``, rows already in nested (permutation) order.
+    sizes : prefix lengths, each in [1, n].
+    """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    check_same_shape({"X": X, "D": D})
+    n, p = X.shape
+    wanted = sorted({int(m) for m in sizes})
+    if not wanted:
+        raise ValueError("sizes: expected at least one prefix length")
+    if wanted[0] < 1 or wanted[-1] > n:
+        raise ValueError(f"sizes: prefix lengths must lie in [1, {n}], got {list(sizes)}")
+    out: dict[int, np.ndarray] = {}
+    S = np.zeros((p, p))
+    start = 0
+    for m in wanted:
+        S += X[start:m].T @ D[start:m]
+        start = m
+        out[m] = S / m
+    return out
+
+
+@dataclass(frozen=True)
+class MeanTerm:
+    r"""The rank-1 mean term :math:`\bar x\,\bar d^\top` of a relevance moment.
+
+    Attributes
+    ----------
+    x_mean, d_mean : (p,) mean query and mean of ``Y_pos - Y_neg``.
+    share : :math:`\|\bar x\bar d^\top\|_F^2 / \|C\|_F^2` (may exceed 1: the two parts are not
+        orthogonal).
+    centred_share : :math:`\|C - \bar x\bar d^\top\|_F^2 / \|C\|_F^2`, the directional part.
+    cosine : :math:`\langle C, \bar x\bar d^\top\rangle_F / (\|C\|_F\,\|\bar x\bar d^\top\|_F)`.
+    """
+
+    x_mean: np.ndarray
+    d_mean: np.ndarray
+    share: float
+    centred_share: float
+    cosine: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"share": self.share, "centred_share": self.centred_share, "cosine": self.cosine}
+
+
+def mean_term(X: np.ndarray, D: np.ndarray) -> MeanTerm:
+    r"""Share of the relevance moment held by its rank-1 mean term.
+
+    .. math:: C = \frac1n\sum_i X_i D_i^\top = C_c + \bar x\,\bar d^\top,\qquad
+              C_c = \frac1n\sum_i (X_i-\bar x)(D_i-\bar d)^\top
+
+    Parameters
+    ----------
+    X, D : (n, p) queries and ``Y_pos - Y_neg`` (the moment is accumulated in float64).
+    """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    check_same_shape({"X": X, "D": D})
+    n = X.shape[0]
+    C = X.T @ D / n
+    xm, dm = X.mean(axis=0), D.mean(axis=0)
+    c2 = float(np.sum(C * C))
+    if c2 == 0.0:
+        raise ValueError("X, D: the relevance moment is exactly zero; the mean-term share is undefined")
+    m2 = float(xm @ xm) * float(dm @ dm)
+    inner = float(xm @ C @ dm)
+    Cc = C - np.outer(xm, dm)
+    return MeanTerm(
+        x_mean=xm,
+        d_mean=dm,
+        share=m2 / c2,
+        centred_share=float(np.sum(Cc * Cc)) / c2,
+        cosine=inner / np.sqrt(c2 * m2) if m2 > 0 else 0.0,
+    )
+
+
+def centre(X: np.ndarray, D: np.ndarray, x_mean: np.ndarray, d_mean: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(X - x_mean, D - d_mean)`` in float64: queries and differences centred with given
+    (training) means, so held-out rows are shifted by the training means, never their own."""
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    check_same_shape({"X": X, "D": D})
+    p = X.shape[1]
+    xm = as_float_matrix(x_mean, "x_mean", ndim=1)
+    dm = as_float_matrix(d_mean, "d_mean", ndim=1)
+    for name, v in (("x_mean", xm), ("d_mean", dm)):
+        if v.shape != (p,):
+            raise ValueError(f"{name}: expected shape ({p},) to match X, got {v.shape}")
+    return X - xm, D - dm
+
+
+def log2_slope(sizes: Sequence[float], values: Sequence[float]) -> float:
+    r"""Least-squares slope of ``values`` against :math:`\log_2 n` (RQ4's trajectory slope).
+
+    Parameters
+    ----------
+    sizes : training sizes n (> 0), at least two distinct.
+    values : the trajectory, e.g. ``L_s - L_d`` at each size.
+    """
+    n = np.asarray(sizes, dtype=np.float64)
+    y = np.asarray(values, dtype=np.float64)
+    if n.ndim != 1 or y.shape != n.shape:
+        raise ValueError(f"values: expected shape {n.shape} to match sizes, got {y.shape}")
+    if np.any(n <= 0):
+        raise ValueError(f"sizes: expected positive sizes, got {n.tolist()}")
+    if np.unique(n).size < 2:
+        raise ValueError(f"sizes: need at least two distinct sizes for a slope, got {n.tolist()}")
+    x = np.log2(n)
+    xc = x - x.mean()
+    return float(xc @ (y - y.mean()) / (xc @ xc))

@@ -1,0 +1,470 @@
+"""Cross-fitted Asymmetry Risk Selector (CARS, paper eq. 7); the SURE plug-in is in :mod:`asymgeo.kernels.theory`.
+
+The kernel :func:`cars_score` is a pure function on arrays; the estimator
+:class:`GeometrySelector` lives in :mod:`asymgeo.estimators`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._deprecation import renamed_argument
+from .._runtime import available_cpus, limit_blas_threads
+from .._validation import (
+    as_float_matrix,
+    check_int,
+    check_rank,
+    check_same_shape,
+    check_seed,
+    check_triples_informative,
+)
+from ..linalg import lapack
+from ..linalg.lowrank import (
+    KRYLOV_MIN_GAP,
+    MIXED_MIN_DIM,
+    MixedProbe,
+    krylov_suits,
+    mixed_probe,
+    top_eigen,
+    top_singular,
+    top_sym_eigen,
+)
+from .geometry import sym
+
+__all__ = [
+    "CarsResult",
+    "cars_score",
+    "half_splits",
+    "selector_projection",
+    "residual_factors",
+    "MIN_CARS_TRIPLES",
+]
+
+MIN_CARS_TRIPLES = 4
+
+
+@dataclass(frozen=True)
+class CarsResult:
+    r"""Outcome of :func:`cars_score`.
+
+    Attributes
+    ----------
+    score : :math:`\widehat\Gamma_{\rm CARS}` (eq. 7); > 0 selects dual.
+    choice : ``"dual"`` if ``score > 0`` else ``"shared"`` (ties to shared).
+    agreement : (L,) cross-half inner products :math:`\langle V_{I_1}, V_{I_2}\rangle_F`.
+    disagreement : (L,) :math:`\|V_{I_1}-V_{I_2}\|_F^2` (the score charges a quarter of it).
+    terms : (L,) per-split terms ``agreement - disagreement / 4``.
+    standard_error : standard deviation of ``terms`` over splits / sqrt(L) (NaN if L = 1).
+    raw_distance : plug-in :math:`\|V_{\rm all}\|_F^2` of the full training moment
+        (the inflated "raw asymmetry" of RQ2).
+    corrected_distance : mean agreement, an estimate of :math:`\|\Delta\|_F^2` whose
+        noise bias is removed by cross-fitting (Appendix C.1).
+    """
+
+    score: float
+    choice: str
+    agreement: np.ndarray
+    disagreement: np.ndarray
+    terms: np.ndarray
+    standard_error: float
+    raw_distance: float
+    corrected_distance: float
+    n: int
+    rank: int
+    n_splits: int
+    selector_dim: int | None
+    seed: int | None = field(default=None)
+
+    def as_dict(self) -> dict:
+        return {
+            "score": self.score,
+            "choice": self.choice,
+            "standard_error": self.standard_error,
+            "raw_distance": self.raw_distance,
+            "corrected_distance": self.corrected_distance,
+            "n": self.n,
+            "rank": self.rank,
+            "n_splits": self.n_splits,
+            "selector_dim": self.selector_dim,
+            "seed": self.seed,
+            "agreement": self.agreement.tolist(),
+            "disagreement": self.disagreement.tolist(),
+        }
+
+
+def half_splits(n: int, n_splits: int, seed: int | np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_splits`` random disjoint half-splits of ``range(n)``.
+
+    Each split permutes the indices and takes the first ``n // 2`` as ``I1`` and the
+    rest as ``I2`` (so ``I2`` has one more element when n is odd).
+    """
+    rng = check_seed(seed)
+    if n < 2:
+        raise ValueError(f"n: need at least 2 items to split, got {n}")
+    m = n // 2
+    out = []
+    for _ in range(int(n_splits)):
+        perm = rng.permutation(n)
+        out.append((np.sort(perm[:m]), np.sort(perm[m:])))
+    return out
+
+
+def selector_projection(p: int, dim: int, seed: int | np.random.Generator) -> np.ndarray:
+    """Fixed random orthonormal projection ``R`` (p, dim), Haar-distributed.
+
+    Used by CARS with ``selector_dim``: ``X -> X R``, ``D -> D R``, so the selector
+    works on the moment ``R^T C R`` (the paper's fixed 256-dimensional projection).
+    """
+    rng = check_seed(seed)
+    G = rng.standard_normal((p, dim))
+    Q, Rr = np.linalg.qr(G)
+    return Q * np.sign(np.diag(Rr))  # sign fix makes Q Haar-distributed
+
+
+def residual_factors(
+    C: np.ndarray,
+    rank: int,
+    *,
+    method: str = "auto",
+    start_right: np.ndarray | None = None,
+    start_eig: np.ndarray | None = None,
+    factors: tuple[np.ndarray, np.ndarray, float] | None = None,
+    grams: tuple[np.ndarray, np.ndarray] | None = None,
+    mixed: bool = False,
+    eigen: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Factors ``(L, R)`` (each (p, 2r)) with ``L @ R.T == V(C)``, where
+
+    .. math:: V(C) = \mathcal P_{d,r}(C) - \mathcal P_{s,r}(C)
+
+    is the dual-shared fit difference of Section 3.2.  Inner products of two such
+    residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.  ``factors = (X, D, c)``
+    with ``C == c X^T D`` let the SVD run on the thin factors, ``grams = (X X^T, D D^T)``
+    skip their Gram products (see :func:`asymgeo.linalg.lowrank.top_singular`); ``start_*`` seed
+    ``method="krylov"``; ``mixed`` tries the mixed-precision eigensolver first; ``eigen``
+    passes the top-r eigenpairs of ``sym(C)`` when already known.
+    """
+    U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams)
+    eta, Q = eigen if eigen is not None else top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
+    eta = np.maximum(eta, 0.0)
+    L = np.concatenate([U * s, -(Q * eta)], axis=1)
+    R = np.concatenate([V, Q], axis=1)
+    return L, R
+
+
+def _inner(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
+    """Frobenius inner product <La Ra^T, Lb Rb^T> = sum((La^T Lb) * (Ra^T Rb))."""
+    return float(np.sum((a[0].T @ b[0]) * (a[1].T @ b[1])))
+
+
+def _resolve_jobs(n_jobs: int | None, n_tasks: int, p: int) -> int:
+    if n_jobs is None and p < 256:
+        return 1  # small operators: thread start-up costs more than it saves
+    if n_jobs is None:
+        n_jobs = available_cpus()
+    return max(1, min(check_int(n_jobs, "n_jobs", note=" or None"), n_tasks))
+
+
+def _single_threaded_blas():
+    return limit_blas_threads(1)
+
+
+def _seed_streams(seed: int | np.random.Generator) -> tuple[np.random.Generator, np.random.Generator, int | None]:
+    """Generators for the selector projection and the splits, and the integer seed (if any)."""
+    if isinstance(seed, np.random.Generator):
+        return seed, seed, None
+    check_seed(seed)
+    ss = np.random.SeedSequence(int(seed))
+    rng_proj, rng_split = (np.random.default_rng(s) for s in ss.spawn(2))
+    return rng_proj, rng_split, int(seed)
+
+
+def _check_splits(splits: Sequence[tuple[Sequence[int], Sequence[int]]], n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Validate explicit ``[(I1, I2), ...]``: non-empty, in range, no repeats, disjoint."""
+    split_list = []
+    for b, pair in enumerate(splits):
+        if len(pair) != 2:
+            raise ValueError(f"splits[{b}]: expected a pair (I1, I2) of index arrays")
+        I1 = np.asarray(pair[0], dtype=np.int64)
+        I2 = np.asarray(pair[1], dtype=np.int64)
+        for nm, idx in (("I1", I1), ("I2", I2)):
+            if idx.ndim != 1 or idx.size == 0:
+                raise ValueError(f"splits[{b}].{nm}: expected a non-empty 1-d index array")
+            if idx.min() < 0 or idx.max() >= n:
+                raise ValueError(
+                    f"splits[{b}].{nm}: indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]"
+                )
+            if np.unique(idx).size != idx.size:
+                raise ValueError(f"splits[{b}].{nm}: contains repeated indices")
+        if np.intersect1d(I1, I2).size:
+            raise ValueError(f"splits[{b}]: I1 and I2 must be disjoint")
+        split_list.append((I1, I2))
+    if not split_list:
+        raise ValueError("splits: expected at least one (I1, I2) pair")
+    return split_list
+
+
+def _krylov_starts(
+    C_all: np.ndarray, full: tuple[np.ndarray, np.ndarray], rank: int, method: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Warm starts for ``method="krylov"``: the full-data leading subspaces, with headroom.
+
+    Right singular vectors of width 2r (so the solver also sees the directions just below
+    the truncation edge), and both ends of the symmetric spectrum (large negative
+    eigenvalues are what slows a Krylov solver for the top algebraic ones).
+    """
+    p = C_all.shape[0]
+    width = min(2 * rank, p)
+    if method != "krylov" or 4 * width + 16 > p:
+        return None, None
+    _, _, V_all = top_singular(C_all, width, method=method)
+    Q_all = np.concatenate([full[1][:, rank:], top_eigen(-sym(C_all), rank, method=method)[1]], axis=1)
+    return V_all, Q_all
+
+
+def _choose_solver(C_all: np.ndarray, rank: int, method: str, probe: MixedProbe | None = None) -> str:
+    """``method="auto"``: ``"krylov"`` if it certifies on the full-data moment (a clear
+    spectral gap at ``rank``: then warm-started Krylov beats LAPACK on every half), else
+    ``"dense"`` (thin factors, mixed precision and subset LAPACK: real embeddings).  The
+    Krylov probe is skipped when the mixed-precision ``probe`` already shows a spectrum too
+    flat for it (``krylov_gap`` below :data:`KRYLOV_MIN_GAP`)."""
+    if method != "auto":
+        return method
+    if probe is not None and probe.krylov_gap < KRYLOV_MIN_GAP:
+        return "dense"
+    return "krylov" if krylov_suits(C_all, rank) else "dense"
+
+
+def _split_term(
+    X: np.ndarray,
+    D: np.ndarray,
+    C_all: np.ndarray,
+    pair: tuple[np.ndarray, np.ndarray],
+    rank: int,
+    method: str,
+    starts: tuple[np.ndarray | None, np.ndarray | None],
+    grams: tuple[np.ndarray, np.ndarray] | None,
+    low: _LowPrecision | None = None,
+) -> tuple[float, float]:
+    """``(<V_I1, V_I2>_F, ||V_I1 - V_I2||_F^2)`` of one half-split.
+
+    ``grams`` are the full-data ``(X X^T, D D^T)``: a half's Gram matrices are their
+    sub-blocks, so its thin-factor SVD costs only (m, m) work.  ``low`` (dense solver,
+    p >= 256, the mixed-precision probe passed): float32 copies for the mixed-precision
+    eigensolver of each half's symmetric part; thin halves then never form their moment in
+    float64, other halves refine with the float64 moment.
+    """
+    I1, I2 = pair
+    n = X.shape[0]
+    m1, m2 = I1.size, I2.size
+    X1, D1, X2, D2 = X[I1], D[I1], X[I2], D[I2]
+    g1 = g2 = None
+    if grams is not None:
+        g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
+        g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
+    if low is not None and grams is not None:  # thin halves: no float64 half moment at all
+        S1, S2 = low.half_symmetric_parts(I1, I2, n)
+        f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
+        f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
+    else:
+        C1 = X1.T @ D1 / m1
+        if m1 + m2 == n:  # complement: C2 from the full moment, half the work
+            C2 = (n * C_all - m1 * C1) / m2
+        else:
+            C2 = X2.T @ D2 / m2
+        f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                              factors=(X1, D1, 1.0 / m1), grams=g1, mixed=low is not None)
+        f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                              factors=(X2, D2, 1.0 / m2), grams=g2, mixed=low is not None)
+    a = _inner(f1, f2)
+    n1, n2 = _inner(f1, f1), _inner(f2, f2)
+    return a, max(n1 + n2 - 2.0 * a, 0.0)
+
+
+def _gram(A: np.ndarray) -> np.ndarray:
+    """``A A^T`` by BLAS ``syrk`` (half the flops of a general product), both triangles."""
+    from scipy.linalg import blas
+
+    G = blas.dsyrk(1.0, A, lower=1)
+    return np.tril(G) + np.tril(G, -1).T
+
+
+def _half_residual_factors(
+    Xh: np.ndarray, Dh: np.ndarray, c: float, rank: int,
+    grams: tuple[np.ndarray, np.ndarray] | None, S32: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`residual_factors` of the half moment ``c Xh^T Dh``, from its factors only."""
+    U, s, V = top_singular(None, rank, factors=(Xh, Dh, c), grams=grams)
+    eta, Q = top_sym_eigen(Xh, Dh, c, rank, S32=S32, overwrite=True)
+    eta = np.maximum(eta, 0.0)
+    return np.concatenate([U * s, -(Q * eta)], axis=1), np.concatenate([V, Q], axis=1)
+
+
+@dataclass
+class _LowPrecision:
+    """float32 copies of the triples and of ``sym(C_all)`` for the mixed-precision path."""
+
+    X32: np.ndarray
+    D32: np.ndarray
+    S_all32: np.ndarray
+
+    @classmethod
+    def build(cls, X: np.ndarray, D: np.ndarray, C_all: np.ndarray) -> _LowPrecision:
+        S = sym(C_all).astype(np.float32)
+        return cls(X.astype(np.float32), D.astype(np.float32), np.asfortranarray(S))
+
+    def symmetric_part(self, idx: np.ndarray) -> np.ndarray:
+        """Lower triangle of ``sym(C_I)`` in float32 (BLAS ``ssyr2k``, Fortran order)."""
+        return lapack.ssyr2k_lower(0.5 / idx.size, self.X32[idx], self.D32[idx])
+
+    def half_symmetric_parts(self, I1: np.ndarray, I2: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        S1 = self.symmetric_part(I1)
+        m1, m2 = I1.size, I2.size
+        if m1 + m2 != n:
+            return S1, self.symmetric_part(I2)
+        S2 = self.S_all32 * np.float32(n / m2)  # complement: n S = m1 S1 + m2 S2
+        S2 -= np.float32(m1 / m2) * S1
+        return S1, S2
+
+
+def _map_splits(
+    fn: Callable[[tuple[np.ndarray, np.ndarray]], tuple[float, float]],
+    split_list: list[tuple[np.ndarray, np.ndarray]],
+    n_jobs: int | None,
+    p: int,
+) -> list[tuple[float, float]]:
+    """``[fn(pair) for pair in split_list]``, on ``n_jobs`` threads if useful (the caller
+    holds BLAS single-threaded).
+
+    Splits are independent; the many small factorisations scale better on threads than
+    with multithreaded BLAS on each.  Results are gathered in split order: deterministic.
+    """
+    workers = _resolve_jobs(n_jobs, len(split_list), p)
+    if workers == 1:
+        return [fn(pair) for pair in split_list]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, split_list))
+
+
+def cars_score(
+    X: np.ndarray,
+    Y_pos: np.ndarray,
+    Y_neg: np.ndarray,
+    rank: int,
+    n_splits: int = 20,
+    seed: int | np.random.Generator = 0,
+    splits: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+    selector_dim: int | None = None,
+    *,
+    solver: str = "auto",
+    n_jobs: int | None = None,
+    method: str | None = None,
+) -> CarsResult:
+    r"""Cross-fitted Asymmetry Risk Selector (paper, Section 3.2, eq. 7).
+
+    .. math::
+        \widehat\Gamma_{\rm CARS} = \frac1L\sum_{b=1}^L\Big[\langle V_{I_{b,1}},V_{I_{b,2}}\rangle_F
+            - \tfrac14\|V_{I_{b,1}}-V_{I_{b,2}}\|_F^2\Big],\qquad
+        V_I = \mathcal P_{d,r}(\widehat C_I) - \mathcal P_{s,r}(\widehat C_I),
+
+    selecting dual iff :math:`\widehat\Gamma > 0`.  Under the independent-half model
+    :math:`\mathbb E\widehat\Gamma = \|\Delta\|_F^2 - \mathrm{tr}(\Sigma)/n` (Appendix C.1).
+
+    Parameters
+    ----------
+    X, Y_pos, Y_neg : (n, p) training triples, n >= 4 (float16 is accumulated in float64).
+    rank : int, 1 <= rank <= p (or <= selector_dim).
+    n_splits : L, number of random half-splits (ignored when ``splits`` is given).
+    seed : int or Generator for the splits and the selector projection.
+    splits : explicit ``[(I1, I2), ...]`` disjoint index pairs; overrides ``n_splits``.
+    selector_dim : if set (< p), first project queries and documents by a fixed random
+        orthonormal ``R`` (p, selector_dim) drawn from ``seed``.
+    n_jobs : threads over splits (None: all cores when p >= 256, else 1; 1: sequential, one
+        core).  BLAS runs single-threaded inside ``cars_score``; ``n_jobs`` changes the
+        result only by BLAS rounding (summation order), and a fixed ``n_jobs`` is
+        deterministic.
+    solver : truncation solver: ``"dense"`` (LAPACK on the thin factors of each half
+        moment and on index subsets, certified), ``"krylov"`` (certified block Krylov
+        warm-started from the full-data subspaces, falling back to dense) or ``"auto"``
+        (``"krylov"`` when p >= 512, rank <= p/16 and Krylov certifies on the full-data
+        moment, else ``"dense"``); see :mod:`asymgeo.linalg.lowrank`.
+    method : deprecated alias of ``solver`` (removed in 0.3).
+    """
+    method = renamed_argument("cars_score", "method", "solver", method, solver, "auto")
+    X = as_float_matrix(X, "X")
+    Y_pos = as_float_matrix(Y_pos, "Y_pos")
+    Y_neg = as_float_matrix(Y_neg, "Y_neg")
+    check_same_shape({"X": X, "Y_pos": Y_pos, "Y_neg": Y_neg})
+    n, p = X.shape
+    if n < MIN_CARS_TRIPLES:
+        raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
+    rng_proj, rng_split, seed_value = _seed_streams(seed)
+    D = Y_pos - Y_neg
+    del Y_pos, Y_neg
+    check_triples_informative(X, D)
+    if selector_dim is not None:
+        selector_dim = check_rank(selector_dim, 10**12, "selector_dim")
+        if selector_dim < p:
+            R = selector_projection(p, selector_dim, rng_proj)
+            X = X @ R
+            D = D @ R
+            p = selector_dim
+    rank = check_rank(rank, p)
+    if splits is None:
+        split_list = half_splits(n, check_int(n_splits, "n_splits"), rng_split)
+    else:
+        split_list = _check_splits(splits, n)
+
+    # Single-threaded BLAS throughout (parallelism comes from threads over splits): the
+    # solvers alternate numpy's and scipy's OpenBLAS, and two multithreaded pools taking
+    # turns spin against each other (measured 20x slower on a loaded 2-core machine).
+    with _single_threaded_blas():
+        C_all = X.T @ D / n
+        # p >= 256: the mixed-precision eigensolver on the full-data moment is both its answer
+        # and the probe for the halves (declined: a cluster at the truncation edge, and every
+        # half goes to float64 LAPACK); it also tells whether Krylov is worth probing.
+        probe = mixed_probe(C_all, rank) if method in ("auto", "dense") and p >= MIXED_MIN_DIM else None
+        method = _choose_solver(C_all, rank, method, probe)
+        eigen_all = (probe.values, probe.vectors) if probe is not None and method != "krylov" else None
+        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n), eigen=eigen_all)
+        starts = _krylov_starts(C_all, full, rank, method)
+        # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
+        # sub-blocks of the full-data ones, computed once here.
+        grams = (_gram(X), _gram(D)) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
+        low = _LowPrecision.build(X, D, C_all) if eigen_all is not None else None
+        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams, low),
+                            split_list, n_jobs, p)
+    return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
+
+
+def _summarise(
+    pairs: list[tuple[float, float]], raw_distance: float, *, n: int, rank: int,
+    selector_dim: int | None, seed: int | None,
+) -> CarsResult:
+    """Per-split (agreement, disagreement) -> the CARS score, its standard error and the result."""
+    L = len(pairs)
+    agreement = np.array([a for a, _ in pairs], dtype=np.float64)
+    disagreement = np.array([d for _, d in pairs], dtype=np.float64)
+    terms = agreement - disagreement / 4.0
+    score = float(terms.mean())
+    se = float(terms.std(ddof=1) / np.sqrt(L)) if L > 1 else float("nan")
+    return CarsResult(
+        score=score,
+        choice="dual" if score > 0 else "shared",
+        agreement=agreement,
+        disagreement=disagreement,
+        terms=terms,
+        standard_error=se,
+        raw_distance=raw_distance,
+        corrected_distance=float(agreement.mean()),
+        n=n,
+        rank=rank,
+        n_splits=L,
+        selector_dim=selector_dim,
+        seed=seed,
+    )

@@ -1,0 +1,359 @@
+"""Local risks, the SURE rule and statistic, and optimal separation (paper, Section 3, Appendices C-D).
+
+Pure kernels on arrays and scalars: Theorem 2's local risks (:func:`local_risks`), the
+SURE rule of eq. (4) (:func:`sure_select`) with its selection probability and regret
+(Theorem 3, eqs. 5-6), the SURE plug-in statistic computed from training triples
+(:func:`sure_statistic`, with the noise estimate :func:`estimate_moment_noise`) and
+Theorem 4's optimal separation.  ``scipy.stats`` is imported inside the functions that
+use it, so ``import asymgeo`` stays fast.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+from .._deprecation import warn_deprecated
+from .._validation import as_float_matrix, check_int, check_positive, check_rank, check_square
+from ..linalg.lowrank import top_eigen
+from .geometry import sym, tangent_dims, tangent_projectors
+
+__all__ = [
+    "LocalRisks",
+    "local_risks",
+    "sure_select_probability",
+    "sure_regret",
+    "SureResult",
+    "sure_select",
+    "sure_statistic",
+    "estimate_moment_noise",
+    "OptimalSeparation",
+    "optimal_separation",
+    "inverse_sqrt_psd",
+]
+
+
+@dataclass(frozen=True)
+class LocalRisks:
+    """Theorem 2 / Corollary 1 limits of the n-scaled risks.
+
+    ``dual = sigma^2 dim T_d``, ``shared = delta^2 + sigma^2 dim T_s``,
+    ``difference = shared - dual = delta^2 - sigma^2 k``; dual wins iff difference > 0.
+    """
+
+    dual: float
+    shared: float
+    difference: float
+    delta2: float
+    k: int
+    dim_Td: int
+    dim_Ts: int
+
+    @property
+    def better(self) -> str:
+        return "dual" if self.difference > 0 else "shared"
+
+
+def local_risks(H: np.ndarray, U: np.ndarray, sigma: float) -> LocalRisks:
+    r"""Asymptotic local risks of Theorem 2 at ``S = U Lambda U^T``.
+
+    .. math::
+        n\mathbb E\|\widehat M_d - M_n\|_F^2 \to \sigma^2\dim T_d,\qquad
+        n\mathbb E\|\widehat M_s - M_n\|_F^2 \to \|\Pi_{T_s^\perp} H\|_F^2 + \sigma^2\dim T_s,
+
+    with :math:`\delta^2 = \|\Pi_{\mathcal A}H\|_F^2` (Corollary 1, eq. 3).
+
+    Parameters
+    ----------
+    H : (p, p) local direction; its component outside :math:`T_d` is ignored (the
+        theorem assumes :math:`H\in T_d`).
+    U : (p, r) orthonormal columns of S.
+    sigma : noise scale > 0.
+    """
+    H = as_float_matrix(H, "H")
+    check_square(H, "H")
+    sigma = check_positive(sigma, "sigma")
+    proj = tangent_projectors(U)
+    if H.shape[0] != proj.U.shape[0]:
+        raise ValueError(f"H: shape {H.shape} does not match U with p = {proj.U.shape[0]}")
+    p, r = proj.U.shape
+    d_d, d_s, k = tangent_dims(p, r)
+    delta2 = float(np.sum(proj.Pi_A(H) ** 2))
+    s2 = sigma * sigma
+    dual = s2 * d_d
+    shared = delta2 + s2 * d_s
+    return LocalRisks(dual=dual, shared=shared, difference=shared - dual,
+                      delta2=delta2, k=k, dim_Td=d_d, dim_Ts=d_s)
+
+
+def _check_k(k: object) -> int:
+    return check_int(k, "k", note=" (number of dual-only directions)")
+
+
+def sure_select_probability(k: int, lam: float | np.ndarray) -> float | np.ndarray:
+    r"""Exact probability that SURE selects dual (Theorem 3, eq. 5).
+
+    .. math:: \Pr(\widehat\pi = d) = \Pr\{\chi^2_k(\lambda) > 2k\},\quad \lambda = \delta^2/\sigma^2.
+
+    Parameters
+    ----------
+    k : number of dual-only directions, ``r(2p-r-1)/2``.
+    lam : noncentrality :math:`\delta^2/\sigma^2 \ge 0` (scalar or array).
+    """
+    from scipy import stats
+
+    k = _check_k(k)
+    lam_arr = np.asarray(lam, dtype=np.float64)
+    if not np.all(np.isfinite(lam_arr)) or np.any(lam_arr < 0):
+        raise ValueError(f"lam: expected finite values >= 0, got {lam!r}")
+    central = stats.chi2.sf(2 * k, k)
+    out = np.where(lam_arr == 0, central, stats.ncx2.sf(2 * k, k, np.where(lam_arr == 0, 1.0, lam_arr)))
+    return float(out) if out.ndim == 0 else out
+
+
+def _is_count(x: object) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def sure_regret(k: int, delta2: float | np.ndarray, sigma2: float) -> float | np.ndarray:
+    r"""Expected model-choice regret of the SURE rule (Theorem 3, eq. 6).
+
+    .. math::
+        |\delta^2-\sigma^2k|\times
+        \begin{cases}\Pr\{\chi^2_k(\lambda) > 2k\}, & \delta^2 < \sigma^2 k\\
+        \Pr\{\chi^2_k(\lambda)\le 2k\}, & \delta^2 > \sigma^2 k\end{cases}
+
+    and zero at :math:`\delta^2 = \sigma^2 k`.
+
+    Parameters
+    ----------
+    k : number of dual-only directions, ``r(2p-r-1)/2`` (first, as in
+        :func:`sure_select_probability`).
+    delta2 : squared directional signal :math:`\delta^2 \ge 0` (scalar or array).
+    sigma2 : noise variance :math:`\sigma^2 > 0`.
+
+    Notes
+    -----
+    Before 0.2 the order was ``sure_regret(delta2, sigma2, k)``.  A call in that order
+    whose first argument is not an integer (a float or an array) is still read that way,
+    with a :class:`DeprecationWarning`, until 0.3; an all-integer call is read in the new
+    order, so pass keywords when in doubt.
+    """
+    if not _is_count(k) and _is_count(sigma2):
+        warn_deprecated("sure_regret(delta2, sigma2, k): the argument order is now sure_regret(k, delta2, sigma2)")
+        k, delta2, sigma2 = sigma2, k, delta2  # type: ignore[assignment]
+    k = _check_k(k)
+    sigma2 = check_positive(sigma2, "sigma2")
+    d2 = np.asarray(delta2, dtype=np.float64)
+    if not np.all(np.isfinite(d2)) or np.any(d2 < 0):
+        raise ValueError(f"delta2: expected finite values >= 0, got {delta2!r}")
+    gap = d2 - sigma2 * k
+    p_dual = np.asarray(sure_select_probability(k, d2 / sigma2))
+    weight = np.where(gap < 0, p_dual, 1.0 - p_dual)
+    out = np.where(gap == 0, 0.0, np.abs(gap) * weight)
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class SureResult:
+    """Outcome of the SURE rule (eq. 4)."""
+
+    choice: str
+    statistic: float  # ||Pi_A Z||_F^2
+    threshold: float  # 2 sigma^2 k
+    risk_shared: float  # SURE estimate R_s
+    risk_dual: float  # SURE estimate R_d
+    k: int
+
+
+def sure_select(Z: np.ndarray, U: np.ndarray, sigma: float) -> SureResult:
+    r"""SURE geometry selection in the local Gaussian model (Section 3.1, eq. 4).
+
+    .. math::
+        \widehat R_j = \|Z - \Pi_{T_j}Z\|_F^2 + \sigma^2(2\dim T_j - \dim T_d),
+
+    choose dual iff :math:`\widehat R_d < \widehat R_s`, i.e.
+    :math:`\|\Pi_{\mathcal A}Z\|_F^2 > 2\sigma^2 k`; ties go to shared.
+
+    Parameters
+    ----------
+    Z : (p, p) scaled observation :math:`\sqrt n\,\Pi_{T_d}(Y_n - S)`.
+    U : (p, r) orthonormal columns of the shared point S.
+    sigma : known noise scale > 0.
+    """
+    Z = as_float_matrix(Z, "Z")
+    check_square(Z, "Z")
+    sigma = check_positive(sigma, "sigma")
+    proj = tangent_projectors(U)
+    p, r = proj.U.shape
+    if Z.shape[0] != p:
+        raise ValueError(f"Z: shape {Z.shape} does not match U with p = {p}")
+    d_d, d_s, k = tangent_dims(p, r)
+    s2 = sigma * sigma
+    risk_d = float(np.sum((Z - proj.Pi_Td(Z)) ** 2)) + s2 * d_d
+    risk_s = float(np.sum((Z - proj.Pi_Ts(Z)) ** 2)) + s2 * (2 * d_s - d_d)
+    stat = float(np.sum(proj.Pi_A(Z) ** 2))
+    choice = "dual" if risk_d < risk_s else "shared"
+    return SureResult(choice=choice, statistic=stat, threshold=2 * s2 * k,
+                      risk_shared=risk_s, risk_dual=risk_d, k=k)
+
+
+def estimate_moment_noise(X: np.ndarray, D: np.ndarray) -> float:
+    r"""Isotropic plug-in noise scale :math:`\sigma` of the relevance moment (Section 3).
+
+    Per-triple moments :math:`W_i = X_i D_i^\top` have entrywise variances
+    :math:`v_{jk}`; the local Gaussian model of Section 3 takes
+    :math:`\widehat C \approx C + (\sigma/\sqrt n) G`, so
+    :math:`\widehat\sigma^2 = \mathrm{mean}_{jk}\, v_{jk}` (unbiased per entry).
+
+    Parameters
+    ----------
+    X : (n, p) queries, n >= 2.
+    D : (n, p) ``Y_pos - Y_neg``.
+    """
+    n = X.shape[0]
+    if n < 2:
+        raise ValueError(f"X: need at least 2 triples to estimate the noise scale, got {n}")
+    mean_sq = (X * X).T @ (D * D) / n
+    mean = X.T @ D / n
+    var = (mean_sq - mean * mean) * n / (n - 1)
+    return float(np.sqrt(max(float(var.mean()), 0.0)))
+
+
+def sure_statistic(
+    X: np.ndarray, D: np.ndarray, rank: int, *, sigma: float | None = None, solver: str = "auto"
+) -> tuple[SureResult, float]:
+    r"""The SURE rule (eq. 4) plugged in at training triples: returns ``(result, sigma)``.
+
+    With :math:`\widehat C = X^\top D / n`, the shared point is
+    :math:`S = \mathcal P_{s,r}(\widehat C)` (top-r eigenpairs of :math:`\mathrm{sym}(\widehat C)`,
+    all positive) and the scaled observation :math:`Z = \sqrt n\,\Pi_{T_d}(\widehat C - S)`;
+    :func:`sure_select` then compares :math:`\|\Pi_{\mathcal A}Z\|_F^2` with :math:`2\sigma^2 k`.
+    ``sigma`` defaults to :func:`estimate_moment_noise` (an isotropic plug-in the
+    paper's theorem does not cover).
+
+    Parameters
+    ----------
+    X : (n, p) float64 queries.
+    D : (n, p) float64 ``Y_pos - Y_neg``.
+    rank : int, 1 <= rank <= p.
+    sigma : known noise scale > 0, or None to estimate it.
+    solver : {"auto", "dense", "krylov"} eigen-solver for :math:`\mathrm{sym}(\widehat C)`.
+
+    Raises
+    ------
+    ValueError
+        If the estimated noise is zero, or :math:`\mathrm{sym}(\widehat C)` has fewer than
+        ``rank`` positive eigenvalues (SURE needs a rank-r PSD point).
+    """
+    n, p = X.shape
+    rank = check_rank(rank, p)
+    C = X.T @ D / n
+    sigma = float(sigma) if sigma is not None else estimate_moment_noise(X, D)
+    if sigma <= 0:
+        raise ValueError("sigma: the moment has zero estimated noise; pass sigma explicitly")
+    eta, U = top_eigen(sym(C), rank, method=solver)
+    if np.any(eta <= 0):
+        raise ValueError(
+            f"rank: the symmetric moment has only {int(np.sum(eta > 0))} positive eigenvalues, "
+            f"fewer than rank = {rank}; SURE needs a rank-r PSD point"
+        )
+    S = (U * eta) @ U.T
+    Z = np.sqrt(n) * tangent_projectors(U).Pi_Td(C - S)
+    return sure_select(Z, U, sigma), sigma
+
+
+def inverse_sqrt_psd(Sigma: np.ndarray, name: str = "Sigma") -> np.ndarray:
+    """Symmetric inverse square root of a positive-definite covariance, or a clear error."""
+    Sigma = as_float_matrix(Sigma, name)
+    check_square(Sigma, name)
+    if not np.allclose(Sigma, Sigma.T, rtol=1e-10, atol=1e-12 * max(1.0, float(np.abs(Sigma).max()))):
+        raise ValueError(f"{name}: expected a symmetric covariance matrix")
+    w, V = sla.eigh(sym(Sigma), check_finite=False)
+    if w[0] <= 1e-12 * max(1.0, float(w[-1])):
+        raise ValueError(
+            f"{name}: expected a positive-definite covariance, smallest eigenvalue is {w[0]:.3g}"
+        )
+    return (V / np.sqrt(w)) @ V.T
+
+
+@dataclass(frozen=True)
+class OptimalSeparation:
+    r"""Theorem 4: optimal rank-r positive-negative separation of both families.
+
+    Attributes
+    ----------
+    dual : :math:`\mathfrak D_d^\star(r) = (\sum_{j\le r}\sigma_j(T)^2)^{1/2}` (eq. 11)
+    shared : :math:`\mathfrak D_s^\star(r) = (\sum_{j\le r}(\eta_j^+)^2)^{1/2}` (eq. 12),
+        computed in whitened coordinates.
+    gap : ``dual**2 - shared**2`` (equals Theorem 1's gap with ``M = T``).
+    T : (p, p) whitened moment :math:`\Sigma_x^{-1/2} C \Sigma_y^{-1/2}`.
+    dual_operator, shared_operator : (p, p) maximisers in original coordinates,
+        scaled to unit negative-score second moment (zero if the optimum is 0).
+    """
+
+    dual: float
+    shared: float
+    gap: float
+    T: np.ndarray
+    dual_operator: np.ndarray
+    shared_operator: np.ndarray
+    rank: int
+
+
+def optimal_separation(
+    C: np.ndarray,
+    Sigma_x: np.ndarray | None,
+    Sigma_y: np.ndarray | None,
+    rank: int,
+) -> OptimalSeparation:
+    r"""Optimal rank-r separation of shared and dual operators (Theorem 4, Appendix D).
+
+    .. math::
+        \mathfrak D_j^\star(r) = \sup_{M\in\mathcal M_j(r),\ \mathbb E[(X^\top M Y^-)^2]\le1}
+            \mathbb E[X^\top M (Y^+-Y^-)],\qquad T = \Sigma_x^{-1/2} C\Sigma_y^{-1/2}.
+
+    Dual: eq. (11), optimum :math:`\propto\Sigma_x^{-1/2}T_r\Sigma_y^{-1/2}`.
+    Shared: eq. (12) on the whitened views (the shared map acts on whitened
+    coordinates, :math:`M = \Sigma_x^{-1/2} N \Sigma_y^{-1/2}` with N PSD); when
+    :math:`\Sigma_x=\Sigma_y` this is exactly the PSD family in original coordinates.
+
+    Parameters
+    ----------
+    C : (p, p) relevance moment :math:`\mathbb E[X(Y^+-Y^-)^\top]`
+    Sigma_x, Sigma_y : (p, p) positive-definite covariances, or ``None`` for identity
+        (already-whitened views).
+    rank : int, 1 <= rank <= p
+    """
+    C = as_float_matrix(C, "C")
+    check_square(C, "C")
+    p = C.shape[0]
+    rank = check_rank(rank, p)
+    Wx = np.eye(p) if Sigma_x is None else inverse_sqrt_psd(Sigma_x, "Sigma_x")
+    Wy = np.eye(p) if Sigma_y is None else inverse_sqrt_psd(Sigma_y, "Sigma_y")
+    for name, W in (("Sigma_x", Wx), ("Sigma_y", Wy)):
+        if W.shape != (p, p):
+            raise ValueError(f"{name}: expected shape ({p}, {p}) to match C, got {W.shape}")
+    T = Wx @ C @ Wy
+    U, s, Vt = sla.svd(T, check_finite=False)
+    dual2 = float(np.sum(s[:rank] ** 2))
+    eta, Q = sla.eigh(sym(T), check_finite=False)
+    eta, Q = eta[::-1], Q[:, ::-1]
+    eta_plus = np.maximum(eta[:rank], 0.0)
+    shared2 = float(np.sum(eta_plus ** 2))
+    Tr = (U[:, :rank] * s[:rank]) @ Vt[:rank]
+    Sr = (Q[:, :rank] * eta_plus) @ Q[:, :rank].T
+    Nd = Tr / np.sqrt(dual2) if dual2 > 0 else np.zeros_like(T)
+    Ns = Sr / np.sqrt(shared2) if shared2 > 0 else np.zeros_like(T)
+    return OptimalSeparation(
+        dual=float(np.sqrt(dual2)),
+        shared=float(np.sqrt(shared2)),
+        gap=dual2 - shared2,
+        T=T,
+        dual_operator=Wx @ Nd @ Wy,
+        shared_operator=Wx @ Ns @ Wy,
+        rank=rank,
+    )

@@ -1,0 +1,7 @@
+"""Layer 1, linalg (private): certified top-r solvers, GIL-free LAPACK; imports the foundation, numpy, SciPy.
+
+:mod:`.lowrank` answers the truncations' spectral problems (subset LAPACK, thin factors,
+mixed precision, block Krylov), each answer checked by a float64 certificate with a LAPACK
+fallback; :mod:`.lapack` calls the hot LAPACK/BLAS routines through SciPy's Cython API
+without the GIL.  Not public API: use :mod:`asymgeo.kernels`.
+"""

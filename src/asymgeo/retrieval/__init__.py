@@ -1,0 +1,7 @@
+"""Layer 4, retrieval: exact full-corpus search, metrics, paired comparisons; imports layers 0-3, never data.
+
+:mod:`.search` (exact top-k: numpy blocks, torch on CUDA, FAISS; ``ExactIndex``,
+``AdapterIndex``), :mod:`.metrics` (NDCG@k and friends, trec_eval tie order),
+:mod:`.compare` (paired per-query comparisons with intervals).  Knows runs and relevance
+tables, not files.
+"""

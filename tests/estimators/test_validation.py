@@ -1,0 +1,195 @@
+"""fold_validation: the Table 1 protocol against a brute-force loop, the exact row-space
+fast path, the aggregation rules on hand-made cells, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import asymgeo.estimators.validation as fv
+from asymgeo.data.splits import fold_seed, fold_split, nested_subsets, query_folds
+from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+from asymgeo.kernels.operator_risk import heldout_loss
+from asymgeo.kernels.selection import cars_score
+
+
+def _data(n=150, p=40, seed=3):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((p, p)) / np.sqrt(p)
+    X = rng.standard_normal((n, p))
+    Y_pos = X @ A + 0.8 * rng.standard_normal((n, p))
+    Y_neg = 0.8 * rng.standard_normal((n, p))
+    return X, Y_pos, Y_neg
+
+
+def _brute_force(X, Y_pos, Y_neg, rank, folds, sizes, n_splits, seed, centred=False):
+    n = X.shape[0]
+    ids = [f"{i:03d}" for i in range(n)]
+    D = Y_pos - Y_neg
+    cells = []
+    for f in range(folds):
+        pool, held = fold_split(query_folds(ids, folds), f)
+        nested = nested_subsets(pool, sizes, seed=fold_seed(f))
+        Xf, Df = X, D
+        if centred:
+            rows = [int(q) for q in pool]
+            Xf, Df = X - X[rows].mean(0), D - D[rows].mean(0)
+        T = sum(np.outer(Xf[int(q)], Df[int(q)]) for q in held) / len(held)
+        for m in sorted(nested):
+            idx = [int(q) for q in nested[m]]
+            C = sum(np.outer(Xf[i], Df[i]) for i in idx) / m
+            ls = heldout_loss(shared_truncate(C, rank, solver="dense"), T)
+            ld = heldout_loss(dual_truncate(C, rank, solver="dense"), T)
+            ss = np.random.SeedSequence(seed, spawn_key=(f, m))
+            split_seed = int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+            cars = cars_score(Xf[idx], Df[idx], np.zeros_like(Df[idx]), rank, n_splits=n_splits, seed=split_seed,
+                              solver="dense")
+            cells.append((f, m, ls, ld, cars.choice, cars.score))
+    return cells
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_validate_selection_matches_brute_force(centred):
+    X, Yp, Yn = _data()
+    res = fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16, 32, 64), n_splits=4, seed=7, centred=centred,
+                                sure=False)
+    ref = _brute_force(X, Yp, Yn, 3, 3, (16, 32, 64), 4, 7, centred)
+    assert len(res.cells) == len(ref) == 3 * 3          # the pool of 100 exceeds max(sizes): not added
+    for c, (f, m, ls, ld, choice, score) in zip(res.cells, ref, strict=True):
+        assert (c["fold"], c["size"]) == (f, m)
+        assert c["loss_shared"] == pytest.approx(ls, rel=1e-9)
+        assert c["loss_dual"] == pytest.approx(ld, rel=1e-9)
+        assert c["cars_score"] == pytest.approx(score, rel=1e-7, abs=1e-12)
+        assert c["cars_choice"] == choice
+    # aggregation: within fold, then over folds
+    acc, reg = [], {"cars": [], "shared": [], "dual": []}
+    for f in range(3):
+        rows = [r for r in ref if r[0] == f]
+        win = ["dual" if r[3] < r[2] else "shared" for r in rows]
+        acc.append(np.mean([r[4] == w for r, w in zip(rows, win, strict=True)]))
+        best = [min(r[2], r[3]) for r in rows]
+        reg["shared"].append(np.mean([r[2] - b for r, b in zip(rows, best, strict=True)]))
+        reg["dual"].append(np.mean([r[3] - b for r, b in zip(rows, best, strict=True)]))
+        reg["cars"].append(np.mean([(r[3] if r[4] == "dual" else r[2]) - b for r, b in zip(rows, best, strict=True)]))
+    assert res.cars_accuracy == pytest.approx(np.mean(acc))
+    for g in reg:
+        assert res.regret[g] == pytest.approx(np.mean(reg[g]))
+    d = res.as_dict()
+    assert {"cars_accuracy", "regret", "folds", "per_size"} <= set(d)
+    assert [s["size"] for s in d["per_size"]] == [16, 32, 64]
+
+
+def test_row_space_fast_path_runs_and_is_exact(monkeypatch):
+    X, Yp, Yn = _data(n=80, p=40)
+    D = Yp - Yn
+    dims: list[int] = []
+    real = fv.cars_score
+
+    def spy(Xa, *args, **kwargs):
+        dims.append(Xa.shape[1])
+        return real(Xa, *args, **kwargs)
+
+    monkeypatch.setattr(fv, "cars_score", spy)
+    order, test = list(range(60)), list(range(60, 80))
+    fast = fv.fold_cells(X, D, order, test, [8, 16, 60], [2, 5], n_splits=3, seed=1, sure=False)
+    assert dims == [16, 16, 32, 32, 40, 40]               # 2m < p runs in the 2m-dim row space
+    dims.clear()
+    slow = fv.fold_cells(X, D, order, test, [8, 16, 60], [2, 5], n_splits=3, seed=1, sure=False, reduce=False)
+    assert dims == [40] * 6
+    for a, b in zip(fast, slow, strict=True):
+        assert a["cars_score"] == pytest.approx(b["cars_score"], rel=1e-8, abs=1e-14)
+        assert a["raw_distance"] == pytest.approx(b["raw_distance"], rel=1e-8)
+        assert a["cars_choice"] == b["cars_choice"]
+
+
+def test_row_space_basis_widens_to_rank():
+    rng = np.random.default_rng(0)
+    X, D = rng.standard_normal((3, 20)), rng.standard_normal((3, 20))
+    Q = fv.row_space_basis(X, D, min_dim=9)
+    assert Q.shape == (20, 9) and np.allclose(Q.T @ Q, np.eye(9))
+    assert np.allclose(Q @ (Q.T @ X.T), X.T)
+    assert fv.row_space_basis(X, D, min_dim=20) is None
+
+
+def _row(fold, size, ls, ld, cars, sure="shared"):
+    return {"fold": fold, "size": size, "rank": 4, "loss_shared": ls, "loss_dual": ld, "cars_choice": cars,
+            "sure_choice": sure}
+
+
+def test_summarise_cells_by_hand():
+    rows = [
+        _row(0, 32, 1.0, 1.5, "shared"),   # shared wins, CARS right, regret 0; dual regret .5
+        _row(0, 64, 1.0, 0.8, "shared"),   # dual wins, CARS wrong, regret .2; shared .2
+        _row(1, 32, 1.0, 1.0, "dual"),     # tie -> shared; CARS "wrong" but regret 0
+        _row(1, 64, 1.0, 0.6, "dual"),     # dual wins, CARS right
+    ]
+    s = fv.summarise_cells(rows)
+    assert s["cars_accuracy"] == pytest.approx((0.5 + 0.5) / 2)
+    assert s["regret"]["cars"] == pytest.approx((0.1 + 0.0) / 2)
+    assert s["regret"]["shared"] == pytest.approx((0.1 + 0.2) / 2)
+    assert s["regret"]["dual"] == pytest.approx((0.25 + 0.0) / 2)
+    assert s["reduction"] == pytest.approx(1 - 0.05 / 0.125)
+    # fold 0: cars .1 vs shared .1 (tie, no win); fold 1: cars 0 vs dual 0 (tie): no strict wins
+    assert s["fold_wins"] == 0
+    by_size = {p["size"]: p for p in s["per_size"]}
+    assert by_size[64]["cars_dual"] == 1 and by_size[64]["heldout_dual"] == 2
+    assert by_size[32]["heldout_dual"] == 0
+    with pytest.raises(ValueError, match="rows"):
+        fv.summarise_cells([])
+
+
+def test_fold_win_requires_beating_both():
+    rows = [_row(0, 32, 1.0, 1.5, "shared"), _row(0, 64, 1.0, 0.8, "dual")]
+    s = fv.summarise_cells(rows)
+    assert s["regret"]["cars"] == 0.0 and s["fold_wins"] == 1
+
+
+def test_validate_selection_bad_input():
+    X, Yp, Yn = _data(n=30, p=6)
+    with pytest.raises(ValueError, match="query_ids"):
+        fv.validate_selection(X, Yp, Yn, 2, query_ids=["a"])
+    with pytest.raises(ValueError, match="folds"):
+        fv.validate_selection(X, Yp, Yn, 2, folds=1)
+    with pytest.raises(ValueError, match="CARS needs"):
+        fv.validate_selection(X[:4], Yp[:4], Yn[:4], 2)
+    with pytest.raises(ValueError, match="rank"):
+        fv.validate_selection(X, Yp, Yn, 7)
+    with pytest.raises(ValueError, match="Y_pos"):
+        fv.validate_selection(X, Yp[:, :5], Yn, 2)
+
+
+def test_projection_is_fixed_and_identity_above_p():
+    assert fv.fixed_projection(10, None, 0) is None and fv.fixed_projection(10, 10, 0) is None
+    R1, R2 = fv.fixed_projection(12, 5, 3), fv.fixed_projection(12, 5, 3)
+    assert R1.shape == (12, 5) and np.array_equal(R1, R2) and np.allclose(R1.T @ R1, np.eye(5))
+
+
+def test_fold_cells_bad_input():
+    X, Yp, Yn = _data(n=40, p=6)
+    D = Yp - Yn
+    with pytest.raises(ValueError, match="overlap"):
+        fv.fold_cells(X, D, range(30), [29, 35], [8], [2])
+    with pytest.raises(ValueError, match="test_rows"):
+        fv.fold_cells(X, D, range(30), [41], [8], [2])
+    with pytest.raises(ValueError, match="sizes"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [31], [2])
+    with pytest.raises(ValueError, match="projection"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [8], [2], projection=np.eye(5))
+    with pytest.raises(ValueError, match="D"):
+        fv.fold_cells(X, D[:, :5], range(30), range(30, 40), [8], [2])
+
+
+def test_reduction_is_none_when_the_better_fixed_rule_has_no_regret(shared_dir):
+    """SciFact/MiniLM with 2 folds: always-shared never loses, so 1 - CARS/best-fixed is
+    undefined; the result says None (JSON null), never NaN."""
+    import json
+
+    from asymgeo.data import load_triples
+
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
+    v = fv.validate_selection(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=2, n_splits=2, selector_dim=32, seed=5,
+                           query_ids=tr.query_ids)
+    assert v.regret["shared"] == 0.0 or v.regret["dual"] == 0.0
+    assert v.reduction is None
+    json.dumps(v.as_dict(), allow_nan=False)  # valid JSON

@@ -1,0 +1,118 @@
+"""operator_risk: held-out losses against per-rank truncations, prefix moments by loops,
+the mean-term decomposition, centring and the log2 slope."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+from asymgeo.kernels.operator_risk import centre, heldout_loss, log2_slope, mean_term, prefix_moments, truncation_losses
+
+
+def test_heldout_loss_by_hand():
+    T = np.array([[1.0, 0.0], [0.0, 2.0]])        # ||T||^2 = 5
+    M = np.array([[1.0, 1.0], [0.0, 0.0]])        # M - T = [[0, 1], [0, -2]]: squared norm 5
+    assert heldout_loss(M, T) == pytest.approx(1.0)
+    assert heldout_loss(T, T) == 0.0
+    assert heldout_loss(np.zeros((2, 2)), T) == pytest.approx(1.0)
+
+
+def test_heldout_loss_refuses_zero_target_and_shape():
+    with pytest.raises(ValueError, match="M_test"):
+        heldout_loss(np.eye(2), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="M_hat"):
+        heldout_loss(np.eye(3), np.eye(2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10**6), p=st.integers(2, 9))
+def test_truncation_losses_match_per_rank_truncations(seed, p):
+    rng = np.random.default_rng(seed)
+    C = rng.standard_normal((p, p)) + 0.5 * np.diag(rng.standard_normal(p))
+    T = rng.standard_normal((p, p))
+    ranks = list(range(1, p + 1))
+    res = truncation_losses(C, T, ranks)
+    for j, r in enumerate(ranks):
+        assert res.shared[j] == pytest.approx(heldout_loss(shared_truncate(C, r, solver="dense"), T), abs=1e-9)
+        assert res.dual[j] == pytest.approx(heldout_loss(dual_truncate(C, r, solver="dense"), T), abs=1e-9)
+    assert np.allclose(res.advantage, res.shared - res.dual)
+
+
+def test_shared_keeps_only_positive_eigenvalues():
+    # sym(C) = diag(3, -2, -1): beyond rank 1 the shared truncation stays at diag(3, 0, 0).
+    C = np.diag([3.0, -2.0, -1.0]) + np.array([[0, 1.0, 0], [-1.0, 0, 0], [0, 0, 0]])  # + skew part
+    T = np.eye(3)
+    res = truncation_losses(C, T, [1, 2, 3])
+    expected_shared = np.sum((np.diag([3.0, 0, 0]) - T) ** 2) / 3
+    assert np.allclose(res.shared, expected_shared)
+    assert res.dual[2] == pytest.approx(np.sum((C - T) ** 2) / 3)   # full rank: C itself
+
+
+def test_truncation_losses_errors():
+    with pytest.raises(ValueError, match="rank"):
+        truncation_losses(np.eye(3), np.eye(3), [4])
+    with pytest.raises(ValueError, match="ranks"):
+        truncation_losses(np.eye(3), np.eye(3), [])
+    with pytest.raises(ValueError, match="M_test"):
+        truncation_losses(np.eye(3), np.eye(2), [1])
+
+
+def test_prefix_moments_equal_loops_over_outer_products(rng):
+    X = rng.standard_normal((40, 5)).astype(np.float16)
+    D = rng.standard_normal((40, 5)).astype(np.float32)
+    out = prefix_moments(X, D, [40, 3, 17])
+    assert sorted(out) == [3, 17, 40]
+    for m, C in out.items():
+        ref = sum(np.outer(X[i].astype(np.float64), D[i].astype(np.float64)) for i in range(m)) / m
+        assert np.allclose(C, ref, atol=1e-12)
+    with pytest.raises(ValueError, match="sizes"):
+        prefix_moments(X, D, [41])
+    with pytest.raises(ValueError, match="sizes"):
+        prefix_moments(X, D, [0])
+
+
+def test_mean_term_decomposition(rng):
+    X = rng.standard_normal((50, 4)) + 2.0
+    D = rng.standard_normal((50, 4)) - 1.0
+    mt = mean_term(X, D)
+    C = sum(np.outer(x, d) for x, d in zip(X, D, strict=True)) / 50
+    xm, dm = X.mean(0), D.mean(0)
+    Cc = sum(np.outer(x - xm, d - dm) for x, d in zip(X, D, strict=True)) / 50
+    assert np.allclose(C, Cc + np.outer(xm, dm))
+    assert mt.share == pytest.approx(np.sum(np.outer(xm, dm) ** 2) / np.sum(C**2))
+    assert mt.centred_share == pytest.approx(np.sum(Cc**2) / np.sum(C**2))
+    M = np.outer(xm, dm)
+    assert mt.cosine == pytest.approx(np.sum(C * M) / np.linalg.norm(C) / np.linalg.norm(M))
+
+
+def test_mean_term_all_mean_when_queries_identical(rng):
+    X = np.tile(rng.standard_normal(3), (10, 1))
+    D = rng.standard_normal((10, 3))
+    mt = mean_term(X, D)
+    assert mt.share == pytest.approx(1.0) and mt.centred_share == pytest.approx(0.0, abs=1e-12)
+    assert mt.cosine == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="zero"):
+        mean_term(np.zeros((3, 2)), np.ones((3, 2)))
+
+
+def test_centre_uses_given_means(rng):
+    X, D = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    xm, dm = np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.0, -0.5])
+    Xc, Dc = centre(X, D, xm, dm)
+    assert np.allclose(Xc + xm, X) and np.allclose(Dc + dm, D)
+    with pytest.raises(ValueError, match="x_mean"):
+        centre(X, D, np.zeros(2), dm)
+
+
+def test_log2_slope():
+    n = [32, 64, 128, 256]
+    assert log2_slope(n, [3 * np.log2(v) + 1 for v in n]) == pytest.approx(3.0)
+    y = [0.3, -0.1, 0.4, 0.9]
+    assert log2_slope(n, y) == pytest.approx(np.polyfit(np.log2(n), y, 1)[0])
+    with pytest.raises(ValueError, match="two distinct"):
+        log2_slope([32, 32], [1.0, 2.0])
+    with pytest.raises(ValueError, match="values"):
+        log2_slope([32, 64], [1.0])

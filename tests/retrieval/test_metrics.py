@@ -1,0 +1,367 @@
+"""Metrics: hand calculations, trec_eval (pytrec_eval) agreement, paired comparison."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asymgeo.retrieval.compare import paired_comparison
+from asymgeo.retrieval.metrics import (
+    RelevanceTable,
+    evaluate_indices,
+    evaluate_run,
+    format_metrics,
+    parse_metric,
+)
+
+
+# --------------------------------------------------------------------------- hand calculations
+def test_hand_calculation_binary():
+    # ranking x, a, y, b ; relevant a, b, c (c never retrieved) -> R = 3
+    run = {"q": {"x": 4.0, "a": 3.0, "y": 2.0, "b": 1.0}}
+    qrels = {"q": {"a": 1, "b": 1, "c": 1, "x": 0}}
+    res = evaluate_run(run, qrels, ["ndcg@3", "ndcg@10", "recall@2", "recall@4", "precision@4", "mrr@1", "mrr@10", "map@4"])
+    m = res.mean
+    ideal3 = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert m["ndcg@3"] == pytest.approx((1 / math.log2(3)) / ideal3, abs=1e-15)
+    assert m["ndcg@10"] == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / ideal3, abs=1e-15)
+    assert m["recall@2"] == pytest.approx(1 / 3)
+    assert m["recall@4"] == pytest.approx(2 / 3)
+    assert m["precision@4"] == pytest.approx(0.5)
+    assert m["mrr@1"] == 0.0
+    assert m["mrr@10"] == pytest.approx(0.5)
+    assert m["map@4"] == pytest.approx((1 / 2 + 2 / 4) / 3)
+
+
+def test_ndcg_ideal_uses_min_k_and_R():
+    # one relevant doc at rank 2: NDCG@10 = (1/log2 3) / 1
+    res = evaluate_run({"q": {"a": 2.0, "b": 1.0}}, {"q": {"b": 1}}, "ndcg@10")
+    assert res.mean["ndcg@10"] == pytest.approx(1 / math.log2(3))
+
+
+def test_graded_ndcg_hand():
+    run = {"q": {"a": 3.0, "b": 2.0, "c": 1.0}}
+    qrels = {"q": {"a": 1, "b": 0, "c": 2, "d": 3}}
+    res = evaluate_run(run, qrels, ["ndcg_graded@3", "ndcg@3"])
+    dcg = 1 + 0 + 2 / math.log2(4)
+    idcg = 3 + 2 / math.log2(3) + 1 / math.log2(4)
+    assert res.mean["ndcg_graded@3"] == pytest.approx(dcg / idcg)
+    # binary: a, c relevant (grade >= 1); R = 3
+    bdcg = 1 + 1 / math.log2(4)
+    bidcg = 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    assert res.mean["ndcg@3"] == pytest.approx(bdcg / bidcg)
+
+
+def test_precision_divides_by_k_with_short_run():
+    res = evaluate_run({"q": {"a": 1.0}}, {"q": {"a": 1}}, ["precision@5", "recall@5"])
+    assert res.mean["precision@5"] == pytest.approx(0.2)
+    assert res.mean["recall@5"] == 1.0
+
+
+def test_ties_ordered_by_docid_descending_like_trec_eval():
+    # equal scores: trec_eval ranks "c" before "b" before "a"
+    res = evaluate_run({"q": {"a": 1.0, "b": 1.0, "c": 1.0}}, {"q": {"a": 1}}, "mrr@10")
+    assert res.mean["mrr@10"] == pytest.approx(1 / 3)
+
+
+def test_queries_without_relevant_documents_are_excluded_and_counted():
+    run = {"q1": {"a": 1.0}, "q2": {"a": 1.0}, "q3": {"z": 1.0}}
+    qrels = {"q1": {"a": 1}, "q2": {"a": 0}}
+    res = evaluate_run(run, qrels, "ndcg@10")
+    assert res.query_ids == ["q1"]
+    assert res.n_no_relevant == 1
+    assert res.n_unjudged == 1
+    assert res.mean["ndcg@10"] == 1.0
+    assert res.by_query("ndcg@10") == {"q1": 1.0}
+    assert "excluded" in format_metrics(res)
+
+
+def test_missing_run_query_is_an_error_or_zero():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    with pytest.raises(ValueError, match=r"missing from the run \(first: 'q2'\)"):
+        evaluate_run({"q1": {"a": 1.0}}, qrels, "ndcg@10")
+    res = evaluate_run({"q1": {"a": 1.0}}, qrels, "ndcg@10", missing="zero")
+    assert res.n_missing == 1 and res.mean["ndcg@10"] == 0.5
+
+
+def test_id_mismatch_errors():
+    with pytest.raises(ValueError, match="share no query id"):
+        evaluate_run({"x": {"a": 1.0}}, {"q": {"a": 1}}, "ndcg@10")
+    with pytest.raises(ValueError, match="run: empty"):
+        evaluate_run({}, {"q": {"a": 1}}, "ndcg@10")
+    with pytest.raises(ValueError, match="qrels: empty"):
+        evaluate_run({"q": {"a": 1.0}}, {}, "ndcg@10")
+    with pytest.raises(ValueError, match="document 'zz' is not in corpus_ids"):
+        RelevanceTable({"q": {"zz": 1}}, ["q"], ["a", "b"])
+    with pytest.raises(ValueError, match="not among query_ids"):
+        RelevanceTable({"q9": {"a": 1}}, ["q"], ["a", "b"])
+    with pytest.raises(ValueError, match=r"run\['q'\]\['a'\]: score is NaN"):
+        evaluate_run({"q": {"a": float("nan")}}, {"q": {"a": 1}}, "ndcg@10")
+
+
+def test_bad_metric_names():
+    assert parse_metric("NDCG@10") == ("ndcg", 10)
+    assert parse_metric("P@5") == ("precision", 5)
+    with pytest.raises(ValueError, match="unknown metric 'foo'"):
+        parse_metric("foo@10")
+    with pytest.raises(ValueError, match="cannot parse"):
+        parse_metric("ndcg10")
+
+
+def test_index_path_equals_dict_path():
+    rng = np.random.default_rng(0)
+    n, N, K = 50, 300, 20
+    corpus_ids = [f"d{j}" for j in range(N)]
+    query_ids = [f"q{i}" for i in range(n)]
+    qrels = {}
+    for i in range(0, n, 2):  # half the queries judged
+        docs = rng.choice(N, size=rng.integers(1, 6), replace=False)
+        qrels[query_ids[i]] = {corpus_ids[d]: int(rng.integers(0, 3)) for d in docs}
+    indices = np.array([rng.permutation(N)[:K] for _ in range(n)])
+    run = {query_ids[i]: {corpus_ids[d]: float(K - r) for r, d in enumerate(indices[i])} for i in range(n)}
+    metrics = ["ndcg@10", "ndcg_graded@5", "recall@20", "precision@3", "mrr@10", "map@10"]
+    a = evaluate_indices(indices, RelevanceTable(qrels, query_ids, corpus_ids), metrics)
+    b = evaluate_run({q: run[q] for q in qrels}, qrels, metrics)
+    assert a.query_ids == b.query_ids
+    for m in metrics:
+        np.testing.assert_allclose(a.per_query[m], b.per_query[m], rtol=0, atol=1e-15)
+
+
+def test_unknown_docs_ignore_keeps_R():
+    t = RelevanceTable({"q": {"a": 1, "zz": 1}}, ["q"], ["a", "b"], unknown_docs="ignore")
+    res = evaluate_indices(np.array([[0, 1]]), t, ["recall@2"])
+    assert res.mean["recall@2"] == 0.5
+
+
+# --------------------------------------------------------------------------- trec_eval agreement
+def _random_trec_data(seed: int, n_queries: int):
+    """Random runs with many score ties and graded qrels with unretrieved relevant docs."""
+    rng = np.random.default_rng(seed)
+    pool = [f"d{j}" for j in range(60)]  # d1 < d10 < d11 ... in string order
+    run, qrels = {}, {}
+    for i in range(n_queries):
+        q = f"q{i}"
+        n_ret = int(rng.integers(1, 25))
+        docs = rng.choice(len(pool), size=n_ret, replace=False)
+        scores = rng.integers(0, 5, size=n_ret).astype(float) / 2.0  # few values -> ties
+        run[q] = {pool[d]: float(s) for d, s in zip(docs, scores)}
+        n_judged = int(rng.integers(1, 12))
+        jd = rng.choice(len(pool), size=n_judged, replace=False)
+        grades = rng.integers(0, 4, size=n_judged)
+        if rng.random() < 0.05:
+            grades[:] = 0  # a query without relevant documents
+        qrels[q] = {pool[d]: int(g) for d, g in zip(jd, grades)}
+    return run, qrels
+
+
+def test_agrees_with_pytrec_eval_on_10000_queries_with_ties():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    run, qrels = _random_trec_data(20260809, 10_000)
+    cuts = (1, 3, 5, 10, 20)
+    measures = {"ndcg_cut." + ",".join(map(str, cuts)), "P." + ",".join(map(str, cuts)),
+                "recall." + ",".join(map(str, cuts)), "map_cut." + ",".join(map(str, cuts)), "recip_rank"}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    ours = evaluate_run(
+        run, qrels,
+        [f"{m}@{k}" for m in ("ndcg_graded", "precision", "recall", "map") for k in cuts] + ["mrr@1000"],
+    )
+    # queries with relevant documents only (see the documented choice)
+    have_rel = [q for q in qrels if any(g >= 1 for g in qrels[q].values())]
+    assert ours.query_ids == have_rel
+    assert ours.n_no_relevant == len(qrels) - len(have_rel) > 100
+    pos = {q: i for i, q in enumerate(ours.query_ids)}
+    names = {"ndcg_graded": "ndcg_cut", "precision": "P", "recall": "recall", "map": "map_cut"}
+    worst = 0.0
+    for ours_name, trec_name in names.items():
+        for k in cuts:
+            mine = ours.per_query[f"{ours_name}@{k}"]
+            theirs = np.array([ref[q][f"{trec_name}_{k}"] for q in ours.query_ids])
+            worst = max(worst, float(np.abs(mine - theirs).max()))
+            np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-9, err_msg=f"{ours_name}@{k}")
+    rr = np.array([ref[q]["recip_rank"] for q in ours.query_ids])
+    np.testing.assert_allclose(ours.per_query["mrr@1000"], rr, rtol=0, atol=1e-9)
+    assert worst < 1e-9 and pos
+
+
+def test_binary_ndcg_agrees_with_pytrec_on_binarised_qrels():
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    run, qrels = _random_trec_data(7, 10_000)
+    binary = {q: {d: int(g >= 1) for d, g in docs.items()} for q, docs in qrels.items()}
+    ref = pytrec_eval.RelevanceEvaluator(binary, {"ndcg_cut.5,10"}).evaluate(run)
+    ours = evaluate_run(run, qrels, ["ndcg@5", "ndcg@10"])  # binary by definition
+    for k in (5, 10):
+        theirs = np.array([ref[q][f"ndcg_cut_{k}"] for q in ours.query_ids])
+        np.testing.assert_allclose(ours.per_query[f"ndcg@{k}"], theirs, rtol=0, atol=1e-9)
+
+
+# --------------------------------------------------------------------------- paired comparison
+def test_paired_comparison_matches_scipy_ttest_rel():
+    from scipy import stats
+
+    rng = np.random.default_rng(1)
+    a = rng.random(300)
+    b = a - 0.02 + 0.1 * rng.standard_normal(300)
+    res = paired_comparison(a, b, n_boot=2000, seed=3)
+    ref = stats.ttest_rel(a, b)
+    assert res.t_statistic == pytest.approx(ref.statistic, rel=1e-12)
+    assert res.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+    assert res.mean_diff == pytest.approx(np.mean(a - b), abs=1e-15)
+    assert res.ci_low < res.mean_diff < res.ci_high
+    # bootstrap CI close to the normal-theory interval for the mean difference
+    se = np.std(a - b, ddof=1) / np.sqrt(300)
+    assert res.ci_low == pytest.approx(res.mean_diff - 1.96 * se, abs=0.3 * se)
+    assert res.ci_high == pytest.approx(res.mean_diff + 1.96 * se, abs=0.3 * se)
+    # deterministic given the seed
+    assert paired_comparison(a, b, n_boot=2000, seed=3) == res
+
+
+def test_paired_comparison_dicts_and_errors():
+    res = paired_comparison({"q1": 1.0, "q2": 0.5, "q3": 0.0}, {"q3": 0.0, "q2": 0.5, "q1": 1.0}, n_boot=10)
+    assert res.mean_diff == 0.0 and res.t_statistic == 0.0 and res.p_value == 1.0
+    res = paired_comparison([1.0, 2.0, 3.0], [0.0, 1.0, 2.0], n_boot=10)
+    assert res.t_statistic == np.inf and res.p_value == 0.0
+    with pytest.raises(ValueError, match="query 'q2' is not scored in the other run"):
+        paired_comparison({"q1": 1.0, "q2": 0.5}, {"q1": 1.0, "q3": 0.5})
+    with pytest.raises(ValueError, match="b: 2 queries, but a has 3"):
+        paired_comparison([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="NaN"):
+        paired_comparison([1.0, np.nan], [1.0, 2.0])
+
+
+# --------------------------------------------------------------------------- NaN, grades, ties
+def test_every_grade_is_checked_not_only_the_first():
+    qrels = {"q": {"a": 1, "b": float("nan")}}
+    with pytest.raises(ValueError, match=r"qrels\['q'\]\['b'\]: grade must be a finite number"):
+        evaluate_run({"q": {"a": 1.0}}, qrels, "ndcg@10")
+    with pytest.raises(ValueError, match=r"qrels\['q'\]\['b'\]"):
+        RelevanceTable(qrels, ["q"], ["a", "b"])
+
+
+def test_no_evaluable_query_is_an_error_not_nan():
+    qrels = {"q1": {"a": -1, "b": -2}, "q2": {"a": 0}}
+    with pytest.raises(ValueError, match=r"none of the 2 judged queries has a relevant document"):
+        evaluate_run({"q1": {"a": 1.0}, "q2": {"b": 1.0}}, qrels, "ndcg@10")
+    table = RelevanceTable(qrels, ["q1", "q2"], ["a", "b"])
+    with pytest.raises(ValueError, match="no metric can be computed"):
+        evaluate_indices(np.array([[0, 1], [1, 0]]), table, "ndcg@2")
+
+
+def test_order_ties_by_id_against_sorted():
+    from asymgeo.retrieval.metrics import order_ties_by_id
+
+    ids = ["d3", "d10", "d2", "x", "d1"]
+    scores = np.array([[3.0, 2.0, 2.0, 2.0, 1.0]])
+    idx = np.array([[4, 0, 1, 2, 3]])
+    # independent: Python's sort on (score desc, id desc) of the same pairs
+    pairs = sorted(zip(idx[0].tolist(), scores[0].tolist()), key=lambda t: ids[t[0]], reverse=True)
+    want = [i for i, _ in sorted(pairs, key=lambda t: -t[1])]  # stable: id descending within a score
+    got = order_ties_by_id(scores, idx, ids)
+    assert got[0].tolist() == want == [4, 0, 2, 1, 3]  # 'd3' > 'd2' > 'd10' in strcmp order
+    assert order_ties_by_id(scores, idx, ids, descending=False)[0].tolist() == [4, 1, 2, 0, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.integers(0, 3), min_size=1, max_size=12),
+    ids=st.lists(st.text(alphabet="ab19Z", min_size=1, max_size=3), min_size=12, max_size=12, unique=True),
+)
+def test_order_ties_by_id_property(scores, ids):
+    """Any ranking with integer (hence often tied) scores: equals the trec_eval two-pass sort."""
+    from asymgeo.retrieval.metrics import order_ties_by_id
+
+    n = len(scores)
+    S = np.sort(np.asarray(scores, dtype=np.float32))[::-1][None, :]
+    idx = np.arange(n)[None, :]  # lower-row order within ties, as exact_search returns it
+    by_id = sorted(range(n), key=lambda j: ids[j], reverse=True)
+    want = sorted(by_id, key=lambda j: -S[0, j])  # stable: id descending within a score
+    assert order_ties_by_id(S, idx, ids[:n])[0].tolist() == want
+
+
+def _trec_reference(S, qids, cids, qrels, depth):
+    """pytrec_eval on a run of every document scoring at least the depth-th score (ties kept whole)."""
+    import pytrec_eval
+
+    run = {}
+    for i, q in enumerate(qids):
+        row = S[i]
+        thr = np.partition(row, -depth)[-depth]
+        keep = np.flatnonzero(row >= thr)
+        run[q] = {cids[j]: float(row[j]) for j in keep}
+    ev = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})
+    res = ev.evaluate(run)
+    return float(np.mean([res[q]["ndcg_cut_10"] for q in qrels]))
+
+
+@pytest.mark.slow
+def test_nfcorpus_tied_documents_reproduce_pytrec_eval(shared_dir):
+    """NFCorpus has documents with identical embeddings: trec_eval order by default."""
+    from asymgeo.data import evaluate_frozen, load_beir, load_embeddings
+
+    ds = load_beir(shared_dir / "data" / "nfcorpus")
+    emb = load_embeddings(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    qrels = ds.qrels("test")
+    qids = list(qrels)
+    Q = np.asarray(emb.queries[emb.query_rows(qids)], dtype=np.float32)
+    C = np.asarray(emb.corpus, dtype=np.float32)
+    S = Q @ C.T  # float32 scores, the same numbers trec_eval is given
+    # the data really has exact ties inside the top 10 (else this test could not fail)
+    top = -np.sort(-S, axis=1)[:, :11]
+    assert (top[:, :-1] == top[:, 1:]).any()
+    graded_ref = _trec_reference(S, qids, emb.corpus_ids, qrels, 100)
+    binary = {q: {d: int(g >= 1) for d, g in docs.items()} for q, docs in qrels.items()}
+    binary_ref = _trec_reference(S, qids, emb.corpus_ids, binary, 100)
+    assert round(graded_ref, 4) == 0.3159 and round(binary_ref, 4) == 0.3177  # the published MTEB figure
+
+    res = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings",
+                          metrics=["ndcg@10", "ndcg_graded@10"])
+    assert res.extra["ties"] == "trec_eval"
+    assert res.mean["ndcg_graded@10"] == pytest.approx(graded_ref, abs=1e-9)
+    assert res.mean["ndcg@10"] == pytest.approx(binary_ref, abs=1e-9)
+    lower = evaluate_frozen(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings",
+                            metrics=["ndcg@10", "ndcg_graded@10"], ties="index")
+    assert lower.mean["ndcg_graded@10"] != pytest.approx(graded_ref, abs=1e-5)  # the other order differs here
+    assert round(lower.mean["ndcg_graded@10"], 4) == 0.3167 and round(lower.mean["ndcg@10"], 4) == 0.3184
+
+
+# --------------------------------------------------------------------------- SciFact
+def test_scifact_minilm_ndcg_matches_published_check(shared_dir):
+    import csv
+
+    from asymgeo.retrieval.search import exact_search
+
+    emb = shared_dir / "embeddings" / "scifact" / "all-MiniLM-L6-v2"
+    C = np.load(emb / "corpus.npy", mmap_mode="r")
+    Q = np.load(emb / "queries.npy")
+    cids = (emb / "corpus_ids.txt").read_text().split()
+    qids = (emb / "query_ids.txt").read_text().split()
+    qrels: dict[str, dict[str, int]] = {}
+    with open(shared_dir / "data" / "scifact" / "qrels" / "test.tsv") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    _, idx = exact_search(Q, C, 100)
+    res = evaluate_indices(idx, RelevanceTable(qrels, qids, cids), ["ndcg@10", "recall@100"])
+    # figures from shared/embeddings/.../meta.json (computed independently with pytrec_eval)
+    assert len(res.query_ids) == 300
+    assert res.mean["ndcg@10"] == pytest.approx(0.6451, abs=5e-5)
+    assert res.mean["recall@100"] == pytest.approx(0.925, abs=1e-9)
+
+
+def test_cli_evaluate_scifact(capsys, shared_dir):
+    import json
+
+    from asymgeo.cli import main
+
+    args = ["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--data-dir", str(shared_dir / "data"),
+            "--cache-dir", str(shared_dir / "embeddings")]
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_queries"] == 300 and out["n_docs"] == 5183
+    assert out["mean"]["ndcg@10"] == pytest.approx(0.6451, abs=5e-5)
+    assert main(args) == 0
+    assert "ndcg@10         0.6451" in capsys.readouterr().out
+    assert main(args + ["--split", "nosuch"]) == 2
+    assert "nosuch" in capsys.readouterr().err
