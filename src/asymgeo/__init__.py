@@ -14,7 +14,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._moved_modules import MOVED as _MOVED
+from ._moved_modules import import_moved as _import_moved
+from ._moved_modules import install as _install_moved_modules
 from ._version import __version__
+
+_install_moved_modules()  # the 0.1 module paths (asymgeo.selection, ...) for one release
 
 #: public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
@@ -99,6 +104,9 @@ __all__ = ["__version__", *_EXPORTS]
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if f"{__name__}.{name}" in _MOVED:  # ``asymgeo.selection`` without importing it: 0.1 path
+            globals()[name] = _import_moved(f"{__name__}.{name}")
+            return globals()[name]
         raise AttributeError(f"module 'asymgeo' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later lookups skip __getattr__

@@ -26,7 +26,16 @@ __all__ = list(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        # 0.1's ``asymgeo.estimators`` was the module now at ``.projections``: its other
+        # names still resolve here for one release, with a warning.
+        projections = importlib.import_module(".projections", __name__)
+        if name.startswith("__") or not hasattr(projections, name):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from .._deprecation import warn_deprecated
+
+        warn_deprecated(f"asymgeo.estimators.{name} moved to asymgeo.estimators.projections.{name}")
+        globals()[name] = getattr(projections, name)  # one warning per name
+        return globals()[name]
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
