@@ -377,3 +377,67 @@ def test_demo_values_against_closed_form_and_theory(capsys):
     assert big["cars_score"] == pytest.approx(closed, abs=0.5) and big["cars_choice"] == "dual"
     small = res["rows"][0]
     assert small["train_gap"] > big["train_gap"]  # noise inflates the plug-in gap at small n
+
+
+# ------------------------------------------------------------- flags that were ignored or misread
+def _shared_args():
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[1] / ".." / "shared"
+    return ["--data-dir", str(shared / "data"), "--cache-dir", str(shared / "embeddings")]
+
+
+def test_folds_without_validate_is_an_error(capsys):
+    code, out, err = _run(capsys, ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4",
+                                   "--folds", "3", *_shared_args()])
+    assert code == 2 and out == "" and err.strip().splitlines() == [
+        "asymgeo select: error: --folds: only used with --validate (the held-out check); add --validate or drop --folds"]
+
+
+def test_validate_refuses_folds_below_32_queries_before_any_cell(capsys, monkeypatch):
+    import asymgeo.estimators.validation as v
+
+    monkeypatch.setattr(v, "validate_selection", lambda *a, **k: pytest.fail("ran the cells"))
+    code, _, err = _run(capsys, ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4",
+                                 "--validate", "--folds", "100", *_shared_args()])
+    # SciFact's adaptation train split: 647 queries, 647 // 100 = 6 per fold; 647 // 32 = 20 folds at most
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--folds 100: held-out folds of 647 queries would hold 6 each; need at least 32 per fold " \
+           "(at most --folds 20)" in err
+    code, _, err = _run(capsys, ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4",
+                                 "--validate", "--folds", "21", *_shared_args()])
+    assert code == 2 and "would hold 30 each" in err
+
+
+@pytest.mark.parametrize("value", ["-1e-3", "-0.5", "-2"])
+def test_negative_learning_rates_reach_the_range_check(capsys, tmp_path, value):
+    code, _, err = _run(capsys, ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual",
+                                 "--rank", "4", "--learning-rates", value, "--out", str(tmp_path / "a"),
+                                 "--no-progress", *_shared_args()])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"learning_rates: expected a finite number > 0, got {float(value)!r}" in err
+    assert not (tmp_path / "a").exists()
+
+
+def test_fit_bad_device_is_named_before_loading_data(capsys, tmp_path, monkeypatch):
+    import asymgeo.adapters.workflow as wf
+
+    monkeypatch.setattr(wf, "load_adaptation_data", lambda *a, **k: pytest.fail("loaded data first"))
+    code, _, err = _run(capsys, ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual",
+                                 "--rank", "4", "--device", "bogus", "--out", str(tmp_path / "a"), *_shared_args()])
+    assert code == 2 and "device: 'bogus' is not a torch device" in err
+
+
+def test_fit_refuses_another_tools_adapter_folder_before_training(capsys, tmp_path, monkeypatch):
+    import asymgeo.adapters.workflow as wf
+
+    monkeypatch.setattr(wf, "fit_adapter", lambda *a, **k: pytest.fail("trained before checking --out"))
+    lora = tmp_path / "lora"
+    lora.mkdir()
+    (lora / "adapter.json").write_text('{"peft_type": "LORA"}')
+    (lora / "weights.bin").write_bytes(b"w")
+    (lora / "README.md").write_text("r")
+    code, _, err = _run(capsys, ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual",
+                                 "--rank", "4", "--out", str(lora), *_shared_args()])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(lora) in err and "peft_type 'LORA'" in err
+    assert sorted(p.name for p in lora.iterdir()) == ["README.md", "adapter.json", "weights.bin"]

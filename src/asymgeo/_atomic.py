@@ -2,17 +2,22 @@
 
 A crash, an exception or Ctrl-C leaves either the old file or the new one, never a
 half-written file under the final name; the temporary file is removed on failure.
+Folders (saved adapters, exports, embedding caches, downloaded datasets) go through one
+helper, :func:`replace_folder`: built beside the destination, swapped in by two renames
+with rollback, given the mode of the folder they replace.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write_text", "atomic_write_bytes"]
+__all__ = ["atomic_path", "atomic_write_text", "atomic_write_bytes", "replace_folder", "building_folder",
+           "folder_mode", "check_writable_parent"]
 
 
 def _fsync_file(path: str) -> None:
@@ -52,3 +57,73 @@ def atomic_write_text(dest: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``dest`` atomically."""
     with atomic_path(dest) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- folders
+def _umask_default_dir_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o777 & ~mask
+
+
+def folder_mode(dest: str | os.PathLike) -> int:
+    """The permission bits a folder written to ``dest`` should get: those of the folder it
+    replaces, else the umask default (``mkdtemp`` alone would give 0700)."""
+    dest = Path(dest)
+    if dest.is_dir():
+        return dest.stat().st_mode & 0o7777
+    return _umask_default_dir_mode()
+
+
+def replace_folder(new: str | os.PathLike, dest: str | os.PathLike, *, mode: int | None = None) -> Path:
+    """Put the complete folder ``new`` at ``dest``, with rollback.
+
+    Two renames on one file system: an existing ``dest`` moves to a hidden
+    ``.<name>.old-<pid>`` beside it, then ``new`` moves to ``dest``; the old folder is deleted
+    only after that.  Any exception between or during the renames (Ctrl-C included) moves the
+    old folder back, so ``dest`` always holds either the old folder or the new one.  ``new``
+    gets ``mode`` (default :func:`folder_mode` of ``dest``) before it is moved in.
+    """
+    new, dest = Path(new), Path(dest)
+    os.chmod(new, folder_mode(dest) if mode is None else mode)
+    old: Path | None = None
+    try:
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(dest, old)
+        os.replace(new, dest)
+    except BaseException:
+        if old is not None and old.exists() and not dest.exists():
+            os.replace(old, dest)  # put the previous folder back
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return dest
+
+
+@contextlib.contextmanager
+def building_folder(dest: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty hidden folder beside ``dest`` to build in; on success it replaces
+    ``dest`` by :func:`replace_folder`; on any exception it is deleted and ``dest`` is untouched."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        yield tmp
+        replace_folder(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def check_writable_parent(dest: str | os.PathLike, what: str) -> None:
+    """Refuse, before any work, a ``dest`` whose nearest existing ancestor cannot be written."""
+    dest = Path(dest)
+    probe = dest.parent if not dest.exists() else dest
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    target = probe if probe != dest else dest.parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what}: {dest}: cannot write in {target} (permission denied); nothing was written")

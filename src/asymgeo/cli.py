@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -36,14 +37,22 @@ def _command(name: str):
     return deco
 
 
+#: What argparse should read as a (negative) number, not an option: ``-1``, ``-0.5``, ``-1e-3``.
+#: argparse's own pattern has no exponent, so ``--learning-rates -1e-3`` would be taken for an
+#: unknown option instead of reaching the range check.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
 def _subparser(sub: argparse._SubParsersAction, name: str, help_text: str, example: str) -> argparse.ArgumentParser:
-    return sub.add_parser(
+    p = sub.add_parser(
         name,
         help=help_text,
         description=help_text,
         epilog=_EPILOG_TEMPLATE.format(example=example),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p._negative_number_matcher = _NEGATIVE_NUMBER
+    return p
 
 
 def _print_json(obj) -> None:
@@ -146,9 +155,15 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
-    p.add_argument("--folds", type=int, default=5, help="held-out folds of --validate (default 5)")
+    p.add_argument("--folds", type=int, default=None,
+                   help="held-out folds of --validate (default 5; each must hold at least 32 queries)")
     p.set_defaults(func=_run_select)
     return p
+
+
+#: Smallest held-out fold ``select --validate`` accepts: below it a fold's loss is noise, and
+#: many tiny folds multiply the cells (``--folds 100`` on SciFact: 600 cells of 6 queries).
+_MIN_FOLD_QUERIES = 32
 
 
 def _run_select(args) -> int:
@@ -159,9 +174,20 @@ def _run_select(args) -> int:
     if not 2 <= args.n_splits <= _MAX_SPLITS:
         raise ValueError(f"--n-splits: expected 2 to {_MAX_SPLITS:,} half-splits (a standard error needs at least 2), "
                          f"got {args.n_splits}")
+    if args.folds is not None and not args.validate:
+        raise ValueError("--folds: only used with --validate (the held-out check); add --validate or drop --folds")
+    if args.folds is None:
+        args.folds = 5
     if args.validate and args.folds < 2:
         raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
+    if args.validate:
+        n_queries = len(set(tr.query_ids))
+        if n_queries // args.folds < _MIN_FOLD_QUERIES:
+            most = n_queries // _MIN_FOLD_QUERIES
+            raise ValueError(f"--folds {args.folds}: held-out folds of {n_queries:,} queries would hold "
+                             f"{n_queries // args.folds} each; need at least {_MIN_FOLD_QUERIES} per fold "
+                             + (f"(at most --folds {most})" if most >= 2 else "(too few queries to validate)"))
     if args.selector_dim is not None and args.selector_dim >= tr.dim:
         print(f"asymgeo select: warning: --selector-dim {args.selector_dim} >= p = {tr.dim}: "
               "no random projection applied", file=sys.stderr)
@@ -283,7 +309,7 @@ def _add_evaluate(sub):
 
 
 def _run_evaluate(args) -> int:
-    if getattr(args, "adapter", None):
+    if getattr(args, "adapter", None) is not None:  # '' (an unset variable) is an error, not frozen
         return _run_evaluate_adapter(args)
     from .data import evaluate_frozen
     from .retrieval.metrics import format_metrics
@@ -310,6 +336,8 @@ def _run_evaluate_adapter(args) -> int:
         _print_json({**res.extra, **res.as_dict()})
         return 0
     x = res.extra
+    for note in x.get("notes", []):
+        print(f"note: {note}")
     print(format_metrics(res, title=f"{x['dataset']} / {x['encoder']}, {x['split']} split, through the "
                                     f"{x['geometry']} {x['form']} adapter {x['adapter']}: "
                                     f"exact search over {x['n_docs']:,} documents ({x['backend']})"))
@@ -355,17 +383,25 @@ def _run_fit(args) -> int:
     from .adapters.workflow import fit_adapter
 
     check_output_folder(args.out)  # before training, not after
+    if args.device is not None:  # a bad device is named before any data is loaded
+        from .data.encoders import check_device
+
+        check_device(args.device)
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, device=args.device, progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
                        extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
-                              "versions": rep.versions})
+                              "versions": rep.versions, "split": rep.split})
     if args.json:
-        _print_json({"adapter": str(out), **rep.metrics})
+        _print_json({"adapter": str(out), **rep.metrics, "split": rep.split})
         return 0
     m, ad = rep.metrics, rep.adapter
+    print(f"split: {rep.split.get('description', 'adaptation split')}")
+    if rep.split.get("kind") == "carved_from_test":
+        print(f"note: `asymgeo evaluate {rep.dataset} --adapter {out}` scores only the held-out part of "
+              "qrels/test.tsv")
     if ad.selection_ is not None:
         s = ad.selection_
         why = ("cross-half asymmetry agrees more than it disagrees" if s.choice == "dual"

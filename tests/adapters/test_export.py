@@ -53,21 +53,69 @@ def test_export_refuses_a_dimension_mismatch(tmp_path):
 
 
 def test_export_never_replaces_a_folder_that_is_not_an_earlier_export(tmp_path):
-    """A user's own folder is refused before any work, with or without overwrite; an earlier
-    export needs overwrite=True, and then it is replaced only by a complete new export."""
+    """A user's folder, a user's own sentence-transformers model, or an earlier export with a
+    user's file in it are refused before any work, with or without overwrite; an earlier
+    asymgeo export needs overwrite=True, and then it is replaced only by a complete new one."""
     ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("keep me")
+    theirs = tmp_path / "their-model"
+    theirs.mkdir()
+    (theirs / "modules.json").write_text("[]")
     for overwrite in (False, True):
-        with pytest.raises(ValueError, match="not a sentence-transformers model folder"):
+        with pytest.raises(ValueError, match="not an asymgeo export"):
             export_sentence_transformers(ad, "all-MiniLM-L6-v2", mine, overwrite=overwrite)
-    assert (mine / "notes.txt").read_text() == "keep me" and sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
-    earlier = tmp_path / "model"
-    earlier.mkdir()
-    (earlier / "modules.json").write_text("[]")
+        with pytest.raises(ValueError, match="asymgeo did not export"):
+            export_sentence_transformers(ad, "all-MiniLM-L6-v2", theirs, overwrite=overwrite)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"] and (mine / "notes.txt").read_text() == "keep me"
+    assert sorted(p.name for p in theirs.iterdir()) == ["modules.json"]
+    earlier = export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "model")
+    before = (earlier / "modules.json").read_bytes()
     with pytest.raises(ValueError, match="--overwrite"):
         export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier)
-    assert (earlier / "modules.json").read_text() == "[]"
+    (earlier / "NOTES.md").write_text("mine")
+    with pytest.raises(ValueError, match=r"files asymgeo did not write \(NOTES.md\)"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier, overwrite=True)
+    assert (earlier / "NOTES.md").read_text() == "mine"
+    (earlier / "NOTES.md").unlink()
     out = export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier, overwrite=True)
-    assert (out / "modules.json").read_text() != "[]" and (out / "config_sentence_transformers.json").is_file()
+    assert (out / "modules.json").read_bytes() == before and (out / "config_sentence_transformers.json").is_file()
+    manifest = json.loads((out / "asymgeo_export.json").read_text())
+    assert "modules.json" in manifest["files"] and manifest["form"] == "augmented"
+
+
+def test_export_refuses_a_folder_inside_an_adapter_folder(tmp_path):
+    from asymgeo import save_adapter
+
+    ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
+    folder = save_adapter(ad, tmp_path / "adapter")
+    with pytest.raises(ValueError, match="inside the adapter folder"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", folder / "model")
+    assert sorted(p.name for p in folder.iterdir()) == ["adapter.json", "adapter.safetensors"]
+
+
+def test_interrupted_export_keeps_the_old_model_at_out(tmp_path, monkeypatch):
+    """Ctrl-C between moving the old export aside and moving the new one in: the old one is back."""
+    import os
+
+    import asymgeo._atomic as atomic
+
+    ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
+    out = export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "model")
+    files = {f: (out / f).read_bytes() for f in ("modules.json", "asymgeo_export.json")}
+    real, calls = os.replace, []
+
+    def interrupted(src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:  # the new folder's move into place
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", out, overwrite=True)
+    monkeypatch.undo()
+    assert len(calls) == 3  # aside, (interrupted) in, back
+    assert {f: (out / f).read_bytes() for f in files} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"], "no hidden folder left behind"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,7 +151,7 @@ def test_refuses_to_replace_a_user_folder_or_file(tmp_path, rng):
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="not an adapter"):
+    with pytest.raises(ValueError, match="not an asymgeo adapter"):
         save_adapter(ad, folder)
     assert (folder / "notes.txt").read_text() == "keep me"
     f = tmp_path / "file"
@@ -172,3 +173,100 @@ def test_check_compatible(tmp_path, rng):
         check_compatible(ad, 768, source=out)
     with pytest.raises(ValueError, match="trained on 'all-MiniLM-L6-v2'"):
         check_compatible(ad, 6, encoder="all-mpnet-base-v2")
+
+
+def test_another_tools_adapter_folder_is_never_replaced(tmp_path, rng):
+    """A PEFT/LoRA folder holds an ``adapter.json`` too: it is refused, and nothing in it changes."""
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    lora = tmp_path / "lora"
+    lora.mkdir()
+    files = {"adapter.json": '{"peft_type": "LORA", "r": 8}', "weights.bin": "w", "README.md": "r"}
+    for name, text in files.items():
+        (lora / name).write_text(text)
+    with pytest.raises(ValueError, match=r"another tool's \(peft_type 'LORA'\)"):
+        save_adapter(ad, lora)
+    assert {f.name: f.read_text() for f in lora.iterdir()} == files
+    (lora / "adapter.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not readable JSON"):
+        save_adapter(ad, lora)
+
+
+def test_refit_into_an_adapter_folder_with_a_users_file_keeps_the_file(tmp_path, rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    out = save_adapter(ad, tmp_path / "ad", metrics={"x": 1})
+    (out / "NOTES.md").write_text("my notes")
+    weights = (out / WEIGHTS_FILE).read_bytes()
+    with pytest.raises(ValueError, match=r"files asymgeo did not write \(NOTES.md\)"):
+        save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), out)
+    assert (out / "NOTES.md").read_text() == "my notes" and (out / WEIGHTS_FILE).read_bytes() == weights
+    (out / "NOTES.md").unlink()
+    save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), out)  # only asymgeo's files: replaced
+    assert (out / WEIGHTS_FILE).read_bytes() != weights
+
+
+def test_saved_adapter_keeps_the_mode_of_the_folder_it_replaces(tmp_path, rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    mask = os.umask(0o022)
+    try:
+        out = save_adapter(ad, tmp_path / "ad")
+        assert out.stat().st_mode & 0o777 == 0o755, "umask default, not mkdtemp's 0700"
+        os.chmod(out, 0o750)
+        save_adapter(ad, out)
+        assert out.stat().st_mode & 0o777 == 0o750
+    finally:
+        os.umask(mask)
+
+
+def test_interrupted_save_keeps_the_old_adapter(tmp_path, rng, monkeypatch):
+    import asymgeo._atomic as atomic
+
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), tmp_path / "ad")
+    before = (out / WEIGHTS_FILE).read_bytes()
+    real, calls = os.replace, []
+
+    def interrupted(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), out)
+    monkeypatch.undo()
+    assert (out / WEIGHTS_FILE).read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
+
+
+def test_unwritable_destination_is_named_before_any_work(tmp_path, monkeypatch):
+    """The nearest existing ancestor is asked (``os.access``; faked here, as root may write anywhere)."""
+    import asymgeo._atomic as atomic
+    from asymgeo.adapters.io import check_output_folder
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    asked = []
+    monkeypatch.setattr(atomic.os, "access", lambda path, mode: asked.append(Path(path)) or Path(path) != locked)
+    with pytest.raises(PermissionError, match=r"out: .*locked/new/ad: cannot write in .*locked \(permission"):
+        check_output_folder(locked / "new" / "ad")
+    assert asked == [locked]
+    check_output_folder(tmp_path / "elsewhere")  # a writable parent passes
+    with pytest.raises(ValueError, match="out: empty path"):
+        check_output_folder("")
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("form", "projection", "form 'augmented' disagrees with training.form 'projection'"),
+    ("rank", 5, "rank 2 disagrees with training.rank 5"),
+    ("geometry", "dual", "geometry 'shared' disagrees with training.geometry 'dual'"),
+])
+def test_edited_decision_fields_are_refused(tmp_path, rng, key, value, match):
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), tmp_path / "ad")
+    cfg = json.loads((out / CONFIG_FILE).read_text())
+    cfg["training"].update(form=cfg["form"], rank=cfg["rank"], geometry=cfg["geometry"])
+    (out / CONFIG_FILE).write_text(json.dumps(cfg))
+    load_adapter(out)  # consistent: loads
+    cfg["training"][key] = value
+    (out / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=match):
+        load_adapter(out)

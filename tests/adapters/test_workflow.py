@@ -86,7 +86,7 @@ def test_fit_refuses_a_user_folder_before_training(shared_dir, tmp_path, capsys,
     (mine / "keep.txt").write_text("mine")
     monkeypatch.setattr(Adapter, "fit", lambda *a, **k: pytest.fail("trained before checking --out"))
     rc = main(_fit_argv(shared_dir, mine))
-    assert rc == 2 and "not an adapter" in capsys.readouterr().err
+    assert rc == 2 and "not an asymgeo adapter" in capsys.readouterr().err
     assert (mine / "keep.txt").read_text() == "mine"
 
 
@@ -139,3 +139,89 @@ def test_sklearn_clone():
 
     ad = Adapter(geometry="dual", rank=8, learning_rates=(1e-3,), early_stopping=2)
     assert clone(ad).get_params() == ad.get_params()
+
+
+# ------------------------------------------------------------- a dataset without train qrels
+@pytest.fixture(scope="module")
+def test_only_scifact(tmp_path_factory, shared_dir):
+    """SciFact without qrels/train.tsv (corpus and queries linked), with a private copy of the
+    MiniLM cache so that mined negatives are written under the temp folder, never ../shared."""
+    import os
+    import shutil
+
+    root = tmp_path_factory.mktemp("testonly")
+    ds = root / "data" / "scifact"
+    (ds / "qrels").mkdir(parents=True)
+    src = shared_dir / "data" / "scifact"
+    for f in ("corpus.jsonl", "queries.jsonl"):
+        os.symlink(src / f, ds / f)
+    shutil.copy(src / "qrels" / "test.tsv", ds / "qrels" / "test.tsv")
+    cache = root / "cache" / "scifact" / "all-MiniLM-L6-v2"
+    cache.mkdir(parents=True)
+    for f in (shared_dir / "embeddings" / "scifact" / "all-MiniLM-L6-v2").iterdir():
+        shutil.copy(f, cache / f.name)
+    return root
+
+
+def _held_out_test_ids(qrels_path, seed=20260809):
+    """The 20% test part of a 60/20/20 carve, computed here from the file (ids sorted, then
+    permuted by numpy's default_rng(seed)), independently of asymgeo's split code."""
+    import numpy as np
+
+    ids = sorted({line.split("\t")[0] for line in qrels_path.read_text().splitlines()[1:]
+                  if line.strip() and int(line.split("\t")[2]) > 0})
+    perm = [ids[i] for i in np.random.default_rng(seed).permutation(len(ids))]
+    n_train, n_val = round(0.6 * len(ids)), round(0.2 * len(ids))
+    return perm[n_train + n_val:], perm[:n_train + n_val]
+
+
+def test_test_only_dataset_fit_names_the_carved_split_and_evaluate_scores_only_held_out(
+        test_only_scifact, tmp_path, capsys):
+    root = test_only_scifact
+    args = ["--data-dir", str(root / "data"), "--cache-dir", str(root / "cache")]
+    out = tmp_path / "ad"
+    rc = main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual", "--rank", "4",
+               "--epochs", "1", "--learning-rates", "1e-3", "--no-progress", "--out", str(out), *args])
+    text = capsys.readouterr().out
+    assert rc == 0
+    split_lines = [ln for ln in text.splitlines() if ln.startswith("split: ")]
+    assert len(split_lines) == 1 and "carved 60/20/20 from qrels/test.tsv" in split_lines[0]
+    assert "180/60/60" in split_lines[0]
+    held_out, seen = _held_out_test_ids(root / "data" / "scifact" / "qrels" / "test.tsv")
+    assert len(held_out) == 60 and len(seen) == 240
+    rc = main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(out), "--json", *args])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["n_excluded"] == 240 and res["n_judged"] == 300
+    lib = evaluate_adapter("scifact", "all-MiniLM-L6-v2", out, data_dir=root / "data", cache_dir=root / "cache")
+    assert sorted(lib.query_ids) == sorted(held_out)
+    assert lib.mean["ndcg@10"] == pytest.approx(res["mean"]["ndcg@10"], abs=1e-12)
+    assert any("scored 60 of the 300 judged test queries" in n for n in res["notes"])
+    # the score is the held-out one: the fit's own test figure is over the same 60 queries
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert res["mean"]["ndcg@10"] == pytest.approx(metrics["trained"]["test_ndcg@10"], abs=2e-3)
+    assert not list((root / "cache").rglob("*.partial")), "nothing half-written left"
+
+
+def test_evaluate_adapter_empty_path_is_an_error(shared_dir, capsys):
+    rc = main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", "", *_data_args(shared_dir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "adapter: empty path" in err
+
+
+def test_evaluate_on_another_dataset_says_so(fitted_dir, shared_dir, capsys):
+    import shutil
+
+    # the same embeddings under another dataset name: a transfer evaluation is named as one
+    from asymgeo.adapters.workflow import evaluate_adapter as ev
+
+    meta = json.loads((fitted_dir / "adapter.json").read_text())
+    assert meta["dataset"] == "scifact"
+    tmp = fitted_dir.parent / "renamed"
+    if not tmp.exists():
+        shutil.copytree(fitted_dir, tmp)
+    cfg = json.loads((tmp / "adapter.json").read_text())
+    cfg["dataset"] = "nfcorpus-like"
+    (tmp / "adapter.json").write_text(json.dumps(cfg))
+    res = ev("scifact", "all-MiniLM-L6-v2", tmp, data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    assert any("fitted on 'nfcorpus-like', not 'scifact'" in n for n in res.extra["notes"])
+    assert res.extra["n_excluded"] == 0

@@ -213,7 +213,7 @@ def test_overwrite_replaces_the_cache_when_complete(seven, tmp_path):
     assert sorted(p.name for p in (cache / "seven").iterdir()) == ["fake-enc"]  # no leftovers
 
 
-def test_replacement_interrupted_between_renames_points_at_the_old_cache(seven, tmp_path, monkeypatch):
+def test_replacement_interrupted_between_renames_puts_the_old_cache_back(seven, tmp_path, monkeypatch):
     import asymgeo.data.cache as cache_mod
 
     cache = tmp_path / "cache"
@@ -223,17 +223,28 @@ def test_replacement_interrupted_between_renames_points_at_the_old_cache(seven, 
 
     def crash_on_second(src, dst):
         if str(src).endswith("fake-enc.partial"):
-            raise KeyboardInterrupt  # the process dies after moving the old cache aside
+            raise KeyboardInterrupt  # Ctrl-C after the old cache was moved aside
         return real(src, dst)
 
     monkeypatch.setattr(cache_mod.os, "replace", crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), overwrite=True, progress=False)
     monkeypatch.setattr(cache_mod.os, "replace", real)
-    with pytest.raises(FileNotFoundError, match=r"the previous one is intact in .*\.fake-enc\.old-"):
+    assert _snapshot(emb.path) == before, "rolled back: the old cache is where it was"
+    assert load_embeddings("seven", SPEC, cache_dir=cache).path == emb.path
+    assert not list((cache / "seven").glob(".fake-enc.old-*"))
+
+
+def test_a_killed_replacement_points_at_the_old_cache(seven, tmp_path):
+    """A process killed between the renames (no rollback runs) leaves the old cache aside: named."""
+    cache = tmp_path / "cache"
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(), progress=False)
+    before = _snapshot(emb.path)
+    aside = emb.path.with_name(f".{emb.path.name}.old-4242")
+    emb.path.rename(aside)
+    with pytest.raises(FileNotFoundError, match=r"the previous one is intact in .*\.fake-enc\.old-4242"):
         load_embeddings("seven", SPEC, cache_dir=cache)
-    old = next((cache / "seven").glob(".fake-enc.old-*"))
-    assert _snapshot(old) == before
+    assert _snapshot(aside) == before
 
 
 def test_cache_dir_that_is_a_file_is_refused(seven, tmp_path):

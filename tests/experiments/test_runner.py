@@ -329,3 +329,41 @@ def test_local_configs_do_not_hide_the_packaged_ones(tmp_path, monkeypatch):
     assert runner.load_experiment("rq1").name == "rq1"  # still found in the package
     with pytest.raises(FileNotFoundError, match="mine.*rq1|rq1.*mine"):
         runner.load_experiment("nope")
+
+
+# ------------------------------------------------------- cell files that are JSON but not a cell
+@pytest.mark.parametrize("damage", ["empty record", "list", "edited record", "other cell", "no record"])
+def test_a_cell_file_without_its_record_is_recomputed_and_named(tmp_path, caplog, damage):
+    exp = _toy(xs=range(3))
+    run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    good = _records(tmp_path)
+    victim = sorted((tmp_path / "toy" / "cells").glob("*.json"))[0]
+    payload = json.loads(victim.read_text())
+    if damage == "empty record":
+        payload["record"] = {}
+    elif damage == "list":
+        payload = []
+    elif damage == "edited record":
+        key = next(iter(payload["record"]))
+        payload["record"][key] = "tampered"
+    elif damage == "other cell":
+        payload["cell_id"] = "0" * 16
+    else:
+        del payload["record"]
+    victim.write_text(json.dumps(payload))
+    with caplog.at_level("WARNING", logger="asymgeo.experiments.store"):
+        assert victim.stem not in _records(tmp_path)
+    assert any(str(victim) in r.getMessage() and "recomputed" in r.getMessage() for r in caplog.records)
+    result = run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    assert result.n_run == 1, "only the damaged cell runs again"
+    assert _records(tmp_path) == good
+
+
+def test_cell_files_from_before_the_digest_still_count(tmp_path):
+    exp = _toy(xs=range(2))
+    run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    for f in (tmp_path / "toy" / "cells").glob("*.json"):
+        payload = json.loads(f.read_text())
+        del payload["record_sha256"]
+        f.write_text(json.dumps(payload))
+    assert len(_records(tmp_path)) == 2

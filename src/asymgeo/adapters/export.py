@@ -20,8 +20,6 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ import numpy as np
 
 from .adapter import Adapter
 
-__all__ = ["export_sentence_transformers"]
+__all__ = ["export_sentence_transformers", "MANIFEST_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,19 +48,54 @@ def _dense(Dense: Any, weight: np.ndarray) -> Any:
     return Dense(W.shape[1], W.shape[0], bias=False, activation_function=None, init_weight=W)
 
 
+#: Written into every export: the files asymgeo put there, so that only those are ever replaced.
+MANIFEST_FILE = "asymgeo_export.json"
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(str(f.relative_to(folder)) for f in folder.rglob("*") if not f.is_dir())
+
+
 def _check_destination(dest: Path, overwrite: bool) -> None:
-    """Refuse, before any work, a destination that would replace something not ours."""
-    if not dest.exists():
-        return
-    if not dest.is_dir():
-        raise ValueError(f"out: {dest} exists and is not a folder")
-    if not any(dest.iterdir()):
-        return  # an empty folder holds nothing to lose
-    if not (dest / "modules.json").is_file():
-        raise ValueError(f"out: {dest} exists and is not a sentence-transformers model folder; "
-                         "choose a new folder (nothing was written)")
-    if not overwrite:
-        raise ValueError(f"out: {dest} already holds a model; pass overwrite=True (--overwrite) to replace it")
+    """Refuse, before any work, a destination whose replacement could lose a user's file.
+
+    Replaceable: nothing there, an empty folder, or (with ``overwrite``) an earlier asymgeo
+    export holding only the files its manifest lists.  Never a folder inside an asymgeo
+    adapter folder (the adapter folder must hold only the adapter).
+    """
+    import json
+
+    from .._atomic import check_writable_parent
+    from .io import CONFIG_FILE, _is_our_config
+
+    if str(dest) in ("", "."):
+        raise ValueError("out: empty path")
+    for parent in [dest, *dest.parents][1:3]:
+        if (parent / CONFIG_FILE).is_file() and _is_our_config(parent / CONFIG_FILE)[0]:
+            raise ValueError(f"out: {dest} is inside the adapter folder {parent}; export to a folder outside it "
+                             "(nothing was written)")
+    if dest.exists():
+        if not dest.is_dir():
+            raise ValueError(f"out: {dest} exists and is not a folder")
+        if any(dest.iterdir()):
+            manifest = dest / MANIFEST_FILE
+            if not manifest.is_file():
+                what = ("a sentence-transformers model asymgeo did not export" if (dest / "modules.json").is_file()
+                        else "not an asymgeo export")
+                raise ValueError(f"out: {dest} exists and is {what}; choose a new folder (nothing was written)")
+            try:
+                listed = set(json.loads(manifest.read_text(encoding="utf-8"))["files"])
+            except (OSError, ValueError, KeyError, TypeError):
+                raise ValueError(f"out: {manifest} is damaged; refusing to replace {dest} "
+                                 "(nothing was written)") from None
+            foreign = [f for f in _files_under(dest) if f not in listed and f != MANIFEST_FILE]
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+                raise ValueError(f"out: {dest} holds files asymgeo did not write ({shown}); move them out or choose "
+                                 "another folder (nothing was written)")
+            if not overwrite:
+                raise ValueError(f"out: {dest} already holds a model; pass overwrite=True (--overwrite) to replace it")
+    check_writable_parent(dest, "out")
 
 
 def export_sentence_transformers(
@@ -120,23 +153,16 @@ def export_sentence_transformers(
     prompts = {"query": spec.query_prefix, "document": spec.document_prefix}
     exported = SentenceTransformer(modules=[router], device=device, prompts=prompts, similarity_fn_name="dot")
     exported.max_seq_length = spec.max_tokens
+    import json
+
+    from .._atomic import building_folder
+
     dest = Path(out)
-    if dest.exists() and not dest.is_dir():
-        raise ValueError(f"out: {dest} exists and is not a folder")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    try:
+    with building_folder(dest) as tmp:
         exported.save(str(tmp))
-        old = None
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        manifest = {"format": "asymgeo-export", "files": _files_under(tmp), "base": spec.name,
+                    "geometry": adapter.geometry_, "form": adapter.form,
+                    "rank": int(adapter.query_map_.shape[0])}
+        (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     logger.info("exported %s adapter (%s) on %s to %s", adapter.geometry_, adapter.form, spec.name, dest)
     return dest

@@ -15,8 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from .._version import __version__
 from .adapter import FORMS, Adapter
 
 __all__ = ["save_adapter", "load_adapter", "check_compatible", "check_output_folder", "FORMAT_VERSION",
-           "WEIGHTS_FILE", "CONFIG_FILE", "METRICS_FILE"]
+           "WEIGHTS_FILE", "CONFIG_FILE", "METRICS_FILE", "ADAPTER_FILES"]
 
 FORMAT_VERSION = 1
 WEIGHTS_FILE = "adapter.safetensors"
@@ -57,14 +55,58 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def check_output_folder(path: str | os.PathLike) -> Path:
-    """Refuse a destination that is a file or a non-empty folder other than an adapter (so a
-    user's files are never replaced); returns the path."""
+#: Every file :func:`save_adapter` writes; a folder holding anything else is not only ours.
+ADAPTER_FILES = frozenset({WEIGHTS_FILE, CONFIG_FILE, METRICS_FILE})
+
+
+def _is_our_config(path: Path) -> tuple[bool, str]:
+    """``(True, "")`` when ``path`` is an asymgeo ``adapter.json``, else ``(False, why)``."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False, f"its {CONFIG_FILE} is not readable JSON"
+    if isinstance(cfg, dict) and cfg.get("format") == _FORMAT_NAME:
+        return True, ""
+    if isinstance(cfg, dict) and "peft_type" in cfg:
+        return False, f"its {CONFIG_FILE} is another tool's (peft_type {cfg['peft_type']!r})"
+    fmt = cfg.get("format") if isinstance(cfg, dict) else None
+    return False, f"its {CONFIG_FILE} is not an asymgeo adapter's (format {fmt!r})"
+
+
+def check_output_folder(path: str | os.PathLike, what: str = "out") -> Path:
+    """Refuse, before any work, a destination whose replacement could lose a user's file.
+
+    ``path`` may be new, an empty folder, or an earlier asymgeo adapter: a folder whose
+    ``adapter.json`` says ``"format": "asymgeo-adapter"`` and which holds nothing but the
+    files :func:`save_adapter` writes (:data:`ADAPTER_FILES`).  Anything else (a file,
+    another tool's adapter, an adapter folder with a user's notes or an export inside it, a
+    folder that cannot be written) raises one ``ValueError`` / ``PermissionError`` naming
+    the folder.  Returns the path.
+    """
+    from .._atomic import check_writable_parent
+
     dest = Path(path)
+    if str(path) == "":
+        raise ValueError(f"{what}: empty path")
     if dest.exists() and not dest.is_dir():
-        raise ValueError(f"{dest}: exists and is not a folder; an adapter is saved as a folder")
-    if dest.is_dir() and any(dest.iterdir()) and not (dest / CONFIG_FILE).is_file():
-        raise ValueError(f"{dest}: an existing folder that is not an adapter; refusing to replace it")
+        raise ValueError(f"{what}: {dest} exists and is not a folder; an adapter is saved as a folder")
+    if dest.is_dir():
+        entries = sorted(e.name for e in dest.iterdir())
+        if entries:
+            if CONFIG_FILE not in entries:
+                shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+                raise ValueError(f"{what}: {dest} is a folder that is not an asymgeo adapter (holds {shown}); "
+                                 "choose a new or empty folder (nothing was written)")
+            ours, why = _is_our_config(dest / CONFIG_FILE)
+            if not ours:
+                raise ValueError(f"{what}: {dest} is not an asymgeo adapter folder: {why}; refusing to replace it "
+                                 "(nothing was written)")
+            foreign = [e for e in entries if e not in ADAPTER_FILES]
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+                raise ValueError(f"{what}: {dest} holds files asymgeo did not write ({shown}); move them out or "
+                                 "choose another folder (nothing was written)")
+    check_writable_parent(dest, what)
     return dest
 
 
@@ -131,10 +173,9 @@ def save_adapter(
         "metrics": metrics if metrics is not None else meta_prev.get("metrics", {}),
         "extra": extra if extra is not None else meta_prev.get("extra", {}),
     }
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-    old = None
-    try:
+    from .._atomic import building_folder
+
+    with building_folder(dest) as tmp:
         data = st.save(tensors, metadata={"format": _FORMAT_NAME, "format_version": str(FORMAT_VERSION)})
         config["weights_sha256"] = hashlib.sha256(data).hexdigest()
         (tmp / WEIGHTS_FILE).write_bytes(data)
@@ -149,19 +190,6 @@ def save_adapter(
             with open(tmp / f, "rb+") as fh:
                 os.fsync(fh.fileno())
         load_adapter(tmp)  # check before swapping in
-        if dest.exists():
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            if old.exists():
-                shutil.rmtree(old)
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not dest.exists():
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     return dest
 
 
@@ -211,6 +239,23 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
     r, p = cfg["rank"], cfg["dimension"]
     if not (isinstance(r, int) and isinstance(p, int) and 1 <= r <= p):
         raise _fail(cfg_path, f"rank {r!r} and dimension {p!r} are not integers with 1 <= rank <= dimension")
+    training = cfg.get("training") or {}
+    if not isinstance(training, dict):
+        raise _fail(cfg_path, f"'training' is not an object (got {type(training).__name__})")
+    # The fields that decide the operator are stated twice; they must agree (an edited file
+    # that flips one of them would score a different operator without complaint).
+    for key, value in (("form", form), ("rank", r)):
+        if key in training and training[key] != value:
+            raise _fail(cfg_path, f"{key} {value!r} disagrees with training.{key} {training[key]!r} "
+                                  "(edited by hand?); re-save the adapter")
+    if "geometry" in training and training["geometry"] not in (geometry, "auto"):
+        raise _fail(cfg_path, f"geometry {geometry!r} disagrees with training.geometry {training['geometry']!r} "
+                              "(edited by hand?); re-save the adapter")
+    chosen = ((cfg.get("fitted") or {}).get("selection") or {}).get("choice") if isinstance(
+        cfg.get("fitted"), dict) else None
+    if training.get("geometry") == "auto" and chosen is not None and chosen != geometry:
+        raise _fail(cfg_path, f"geometry {geometry!r} disagrees with the recorded selection {chosen!r} "
+                              "(edited by hand?); re-save the adapter")
     data = w_path.read_bytes()
     if hashlib.sha256(data).hexdigest() != cfg["weights_sha256"]:
         raise _fail(w_path, "contents do not match the digest recorded in adapter.json (truncated, edited or "
@@ -232,7 +277,6 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
         if not np.isfinite(arr).all():
             raise _fail(w_path, f"tensor {name!r} contains NaN or infinite values")
     params = {}
-    training = cfg.get("training") or {}
     for key in Adapter._param_names():
         if key in training and key not in ("geometry", "rank", "form"):
             params[key] = tuple(training[key]) if key == "learning_rates" else training[key]

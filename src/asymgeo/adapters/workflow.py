@@ -17,7 +17,7 @@ import numpy as np
 from .adapter import Adapter
 
 __all__ = ["AdaptationData", "load_adaptation_data", "FitReport", "fit_adapter", "evaluate_adapter",
-           "ndcg_at_10"]
+           "adapter_seen_queries", "ndcg_at_10"]
 
 
 @dataclass
@@ -39,6 +39,7 @@ class AdaptationData:
     T: np.ndarray
     test: Any
     relevant: list[set[int]] = field(repr=False)
+    split: dict[str, Any] = field(default_factory=dict)
 
 
 def _num(x: float | None) -> float:
@@ -49,7 +50,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
                          cache_dir: str | os.PathLike | None = None, k: int = 8) -> AdaptationData:
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``."""
-    from ..data import adaptation_split, load_beir, load_embeddings, load_triples
+    from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
     from ..retrieval.metrics import RelevanceTable
 
     ds = load_beir(dataset, data_dir=data_dir)
@@ -69,7 +70,8 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     V, vt = part("validation")
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
-    return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant)
+    return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
+                          split=adaptation_split_source(ds))
 
 
 def ndcg_at_10(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: np.ndarray | None = None) -> float:
@@ -92,6 +94,7 @@ class FitReport:
     dataset: str
     encoder: str
     versions: dict[str, str] = field(default_factory=dict)
+    split: dict[str, Any] = field(default_factory=dict)
 
 
 def fit_adapter(
@@ -160,7 +163,26 @@ def fit_adapter(
     from .._runtime import package_versions
 
     versions = {**package_versions(), "torch": torch.__version__}
-    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions)
+    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions, split=d.split)
+
+
+def adapter_seen_queries(adapter: Adapter, dataset: Any, *, data_dir: str | os.PathLike | None = None) -> set[str]:
+    """Query ids of ``dataset`` that trained or validated ``adapter`` (its adaptation split).
+
+    Known only when the adapter records the dataset it was fitted on (``adapter.json``'s
+    ``dataset``) and that is ``dataset``: then the adaptation split is rebuilt with the seed
+    recorded at fit time (``extra.split.seed``, default the split's default seed) and its train
+    and validation ids are returned.  Otherwise the empty set.
+    """
+    from ..data import DEFAULT_SPLIT_SEED, adaptation_split, load_beir
+
+    ds = load_beir(dataset, data_dir=data_dir)
+    meta = getattr(adapter, "metadata_", None) or {}
+    if meta.get("dataset") != ds.name:
+        return set()
+    seed = ((meta.get("extra") or {}).get("split") or {}).get("seed", DEFAULT_SPLIT_SEED)
+    parts = adaptation_split(ds, int(seed))
+    return set(parts["train"]) | set(parts["validation"])
 
 
 def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike, *, split: str = "test",
@@ -168,15 +190,36 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
                      cache_dir: str | os.PathLike | None = None, backend: str = "auto",
                      ties: str = "trec_eval"):
     """:func:`asymgeo.data.evaluate_frozen` through a saved adapter (exact search with its
-    operator); refuses an adapter trained for another dimension or encoder."""
+    operator), on the queries the adapter never saw; refuses an adapter trained for another
+    dimension or encoder.
+
+    Queries that trained or validated the adapter (:func:`adapter_seen_queries`: on a dataset
+    without train qrels the adaptation split is carved from the test split) are left out of
+    the score; ``extra["n_excluded"]`` counts them and ``extra["notes"]`` says so in words,
+    as it does when the dataset is not the one the adapter was fitted on.
+    """
     from ..data import evaluate_frozen, load_beir, load_embeddings
     from .io import check_compatible, load_adapter
 
+    if str(adapter_dir).strip() == "":
+        raise ValueError("adapter: empty path (an unset shell variable?); name the folder written by asymgeo fit")
     ad = load_adapter(adapter_dir)
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
     check_compatible(ad, int(emb.corpus.shape[1]), encoder=emb.path.name, source=adapter_dir)
+    seen = adapter_seen_queries(ad, ds)
     res = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
-                          operator=ad.operator_, backend=backend, ties=ties)
-    res.extra.update(adapter=str(adapter_dir), geometry=ad.geometry_, form=ad.form, rank=int(ad.query_map_.shape[0]))
+                          operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen)
+    notes = []
+    trained_on = (ad.metadata_ or {}).get("dataset")
+    if trained_on is not None and trained_on != ds.name:
+        notes.append(f"the adapter was fitted on {trained_on!r}, not {ds.name!r}: a transfer evaluation")
+    elif trained_on is None:
+        notes.append("the adapter does not record its dataset: its training queries cannot be left out")
+    n_ex, n_all = res.extra["n_excluded"], res.extra["n_judged"]
+    if n_ex:
+        notes.append(f"scored {n_all - n_ex:,} of the {n_all:,} judged {split} queries: the other {n_ex:,} "
+                     f"trained or validated this adapter")
+    res.extra.update(adapter=str(adapter_dir), geometry=ad.geometry_, form=ad.form,
+                     rank=int(ad.query_map_.shape[0]), notes=notes)
     return res

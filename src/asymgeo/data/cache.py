@@ -473,24 +473,12 @@ def _id_file_digests(folder: Path) -> dict[str, str]:
 
 
 def _replace_dir(new: Path, dest: Path) -> None:
-    """Put the complete folder ``new`` at ``dest``; an old ``dest`` is removed only afterwards.
+    """Put the complete folder ``new`` at ``dest`` (:func:`asymgeo._atomic.replace_folder`:
+    an old ``dest`` is moved aside, then removed only once ``new`` is in place; any failure
+    between the renames puts it back)."""
+    from .._atomic import replace_folder
 
-    Two renames on one file system: ``dest`` -> a hidden ``.old`` name, ``new`` -> ``dest``;
-    a crash between them leaves both folders on disk, never a half-written cache.
-    """
-    if not dest.exists():
-        os.replace(new, dest)
-        return
-    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-    if old.exists():
-        shutil.rmtree(old)
-    os.replace(dest, old)
-    try:
-        os.replace(new, dest)
-    except OSError:
-        os.replace(old, dest)  # put the previous cache back
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    replace_folder(new, dest)
 
 
 # --------------------------------------------------------------------------- encoding

@@ -20,7 +20,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from .._atomic import atomic_path
+from .._atomic import atomic_path, replace_folder
 from .paths import data_root
 
 __all__ = ["BEIR_BASE_URL", "BEIR_CHECKSUMS", "beir_url", "download_beir", "fetch_url", "file_digest"]
@@ -187,18 +187,7 @@ def download_beir(
             raise ValueError(f"{url}: not a zip archive ({exc})") from None
         src = tmpdir / prefix if prefix else tmpdir
         target.parent.mkdir(parents=True, exist_ok=True)
-        if target.exists():  # the old folder goes only once the new one is in place
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-            try:
-                os.replace(src, target)
-            except OSError:
-                os.replace(old, target)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(src, target)
+        replace_folder(src, target)  # the old folder goes only once the new one is in place
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
         if not keep_archive:

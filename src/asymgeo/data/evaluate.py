@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ def evaluate_frozen(
     operator: Any = None,
     backend: str = "auto",
     ties: str = "trec_eval",
+    exclude_queries: Collection[str] | None = None,
 ) -> EvalResult:
     """NDCG@k and friends of a frozen encoder on one split (full-corpus exact search).
 
@@ -83,10 +84,13 @@ def evaluate_frozen(
     ties : ``"trec_eval"`` (default) orders exactly equal scores by document id
         descending, as trec_eval does, so published figures reproduce; ``"index"`` keeps
         the lower-corpus-row order of :func:`~asymgeo.retrieval.search.exact_search`.
+    exclude_queries : query ids left out of the scored set (an adapter's training and
+        validation queries, when its adaptation split was carved from this split).
 
     Returns
     -------
-    EvalResult with ``extra`` holding dataset, encoder, split, corpus size, backend and tie order.
+    EvalResult with ``extra`` holding dataset, encoder, split, corpus size, backend, tie order,
+    ``n_judged`` (judged queries of the split) and ``n_excluded`` (of those, left out).
 
     Raises
     ------
@@ -105,6 +109,13 @@ def evaluate_frozen(
     metrics = list(metrics) if metrics is not None else default_metrics(k)
     n_docs = int(emb.corpus.shape[0])
     depth = min(max(parse_metric(m)[1] for m in metrics), n_docs)
+    n_judged = len(qrels)
+    if exclude_queries is not None:
+        drop = set(exclude_queries)
+        qrels = {q: v for q, v in qrels.items() if q not in drop}
+        if not qrels:
+            raise ValueError(f"split {split!r}: every one of its {n_judged:,} judged queries is excluded "
+                             "(they trained or validated the adapter); nothing is left to score")
     table = RelevanceTable(qrels, list(qrels), emb.corpus_ids)
     q_rows = emb.query_rows(table.query_ids)
     Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
@@ -124,5 +135,7 @@ def evaluate_frozen(
         search_depth=int(depth),
         backend=res.backend,
         ties=ties,
+        n_judged=n_judged,
+        n_excluded=n_judged - len(qrels),
     )
     return out

@@ -40,6 +40,7 @@ __all__ = [
     "split_sizes",
     "split_queries",
     "adaptation_split",
+    "adaptation_split_source",
     "query_folds",
     "fold_seed",
     "fold_split",
@@ -90,3 +91,30 @@ def adaptation_split(
         tr, va, te = split_queries(ds.labelled_query_ids("test"), test_only_fractions, seed)
         return {"train": tr, "validation": va, "test": te}
     raise ValueError(f"{ds.path / 'qrels'}: no test.tsv, cannot build an adaptation split (splits: {splits})")
+
+
+def adaptation_split_source(dataset: str | BeirDataset, seed: int = DEFAULT_SPLIT_SEED, *,
+                            data_dir: str | None = None) -> dict[str, object]:
+    """Where :func:`adaptation_split` takes each part from, as a JSON-ready record.
+
+    ``kind`` is ``"official"`` (train, dev and test qrels), ``"validation_from_train"``
+    (validation carved from ``qrels/train.tsv``, test official) or ``"carved_from_test"``
+    (no train qrels: all three parts carved out of ``qrels/test.tsv``, so the test *split*
+    of the dataset contains the training and validation queries); ``description`` says it
+    in one line, with the part sizes and the seed.
+    """
+    ds = load_beir(dataset, data_dir=data_dir)
+    parts = adaptation_split(ds, seed)
+    sizes = {k: len(v) for k, v in parts.items()}
+    splits = set(ds.splits)
+    n = f"{sizes['train']:,}/{sizes['validation']:,}/{sizes['test']:,} train/validation/test queries"
+    if {"train", "dev", "test"} <= splits:
+        kind, text = "official", f"official qrels/train.tsv, dev.tsv and test.tsv ({n})"
+    elif {"train", "test"} <= splits:
+        kind, text = ("validation_from_train",
+                      f"validation carved from qrels/train.tsv (seed {seed}), test from qrels/test.tsv ({n})")
+    else:
+        kind, text = ("carved_from_test",
+                      f"no qrels/train.tsv: train, validation and test carved 60/20/20 from qrels/test.tsv "
+                      f"(seed {seed}; {n})")
+    return {"kind": kind, "description": text, "seed": int(seed), "dataset": ds.name, "sizes": sizes}

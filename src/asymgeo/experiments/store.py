@@ -5,12 +5,19 @@ Every finished cell is written **atomically** to ``<results>/<name>/cells/<cell_
 cells in flight and a rerun skips the finished ones.  :func:`consolidate` gathers them
 into ``<results>/<name>/results.parquet`` (CSV when pyarrow is missing) with the config
 columns, the record, the package versions and the cell's wall time.
+
+Each cell file carries the SHA-256 of its record (``record_sha256``), so a file that is
+valid JSON but does not hold what the cell function returned (an emptied or edited
+record, a list instead of an object) is treated as missing, recomputed, and named in a
+warning, like a truncated one.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +26,8 @@ from typing import Any
 from .._atomic import atomic_path, atomic_write_text
 from .._runtime import json_default, package_versions
 from .config import Experiment, cell_id
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "results_path",
@@ -39,10 +48,12 @@ def results_path(results_dir: str | os.PathLike, name: str) -> Path:
 def write_cell(cells_dir: Path, cid: str, config: dict, record: dict, seconds: float,
                versions: dict[str, str]) -> None:
     """Write one finished cell to ``<cells_dir>/<cid>.json`` atomically (config, record, seconds, versions)."""
+    record = json.loads(json.dumps(record, default=json_default, allow_nan=True))  # as it will be read back
     payload = {
         "cell_id": cid,
         "config": config,
         "record": record,
+        "record_sha256": _record_digest(record),
         "seconds": seconds,
         "versions": versions,
         "finished_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -51,12 +62,34 @@ def write_cell(cells_dir: Path, cid: str, config: dict, record: dict, seconds: f
 
 
 
+def _record_digest(record: Any) -> str:
+    return hashlib.sha256(json.dumps(record, allow_nan=True, sort_keys=True).encode()).hexdigest()
+
+
+def _cell_problem(payload: Any, cid: str) -> str | None:
+    """Why a parsed cell file is not a finished cell ``cid`` (None when it is one)."""
+    if not isinstance(payload, dict):
+        return f"holds a JSON {type(payload).__name__}, not a cell record"
+    if payload.get("cell_id") != cid:
+        return f"names cell {payload.get('cell_id')!r}"
+    if not isinstance(payload.get("config"), dict):
+        return "has no config object"
+    record = payload.get("record")
+    if not isinstance(record, dict) or not record:
+        return "has an empty or missing record"
+    digest = payload.get("record_sha256")
+    if digest is not None and digest != _record_digest(record):
+        return "record does not match its recorded digest (edited or damaged)"
+    return None
+
+
 def load_records(results_dir: str | os.PathLike, name: str,
                  ids: Iterable[str] | None = None) -> dict[str, dict]:
     """Finished cells of experiment ``name``: ``{cell_id: payload}`` (only ``ids`` if given).
 
-    Temporary files (``.*.tmp``) are never read; an unreadable cell file is treated
-    as missing (it will be recomputed).
+    Temporary files (``.*.tmp``) are never read; an unreadable cell file, or one that does not
+    hold a complete record of its cell (see the module docstring), is treated as missing (it
+    will be recomputed) and named in a warning.
     """
     cells_dir = results_path(results_dir, name) / "cells"
     out: dict[str, dict] = {}
@@ -69,10 +102,14 @@ def load_records(results_dir: str | os.PathLike, name: str,
             continue
         try:
             payload = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            logger.warning("%s: unreadable cell file (%s); the cell will be recomputed", path, exc)
             continue
-        if payload.get("cell_id") == cid:
-            out[cid] = payload
+        problem = _cell_problem(payload, cid)
+        if problem is not None:
+            logger.warning("%s: %s; the cell will be recomputed", path, problem)
+            continue
+        out[cid] = payload
     return out
 
 
