@@ -225,3 +225,130 @@ def test_evaluate_on_another_dataset_says_so(fitted_dir, shared_dir, capsys):
     res = ev("scifact", "all-MiniLM-L6-v2", tmp, data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
     assert any("fitted on 'nfcorpus-like', not 'scifact'" in n for n in res.extra["notes"])
     assert res.extra["n_excluded"] == 0
+
+
+# ------------------------------------------------------------- generalisation-aware selection and auto
+def test_document_disjoint_validation_against_the_files(shared_dir):
+    from asymgeo.adapters.workflow import document_disjoint_validation, load_adaptation_data
+
+    d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
+                             cache_dir=shared_dir / "embeddings")
+    rows = {}
+    for line in (shared_dir / "data" / "scifact" / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        q, doc, g = line.split("\t")
+        rows.setdefault(q, {})[doc] = int(g)
+    seen = {doc for q in d.triples.query_ids for doc, g in rows[q].items() if g > 0}
+    want = [q for q in d.validation.query_ids if not any(g > 0 and doc in seen for doc, g in rows[q].items())]
+    V, table, note = document_disjoint_validation(d, d.triples.query_ids)
+    assert note == "" and list(table.query_ids) == want and len(want) == 67
+    pos = {q: i for i, q in enumerate(d.validation.query_ids)}
+    assert V.tolist() == d.V[[pos[q] for q in want]].tolist(), "embeddings follow their queries"
+    # with few training positives almost every validation query is disjoint; with none seen, all are
+    V2, t2, _ = document_disjoint_validation(d, [])
+    assert len(t2) == len(d.validation)
+
+
+def test_document_disjoint_selection_falls_back_on_dense_qrels(shared_dir):
+    from asymgeo.adapters.workflow import document_disjoint_validation, load_adaptation_data
+
+    d = load_adaptation_data("nfcorpus", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
+                             cache_dir=shared_dir / "embeddings")
+    V, table, note = document_disjoint_validation(d, d.triples.query_ids)
+    assert V is d.V and table is d.validation
+    assert note == ("selection: only 1 of 324 validation queries have no relevant training-positive document "
+                    "(< 32); selecting on all 324 validation queries instead")
+
+
+class _Cars:
+    def __init__(self, choice, score, se):
+        self.choice, self.score, self.standard_error = choice, score, se
+
+
+def test_choose_family_rules():
+    import numpy as np
+
+    from asymgeo.adapters.workflow import choose_family
+    from asymgeo.retrieval.metrics import RelevanceTable
+
+    corpus = np.eye(4)
+    V = np.eye(4)[:3]
+    table = RelevanceTable({"a": {"d0": 1}, "b": {"d1": 1}, "c": {"d2": 1}}, ["a", "b", "c"],
+                           ["d0", "d1", "d2", "d3"])
+    good = np.eye(4)  # each query ranks its own document first
+    bad = np.roll(np.eye(4), 1, axis=1)  # each query ranks another document first
+    r = choose_family(V, table, corpus, good, bad, _Cars("dual", 5.0, 1.0))
+    assert r["choice"] == "shared" and r["rule"] == "validation" and r["diff"] < 0
+    r = choose_family(V, table, corpus, bad, good, _Cars("shared", -5.0, 1.0))
+    assert r["choice"] == "dual" and r["rule"] == "validation"
+    r = choose_family(V, table, corpus, good, good, _Cars("dual", 5.0, 1.0))
+    assert (r["choice"], r["rule"]) == ("dual", "tie: CARS")
+    r = choose_family(V, table, corpus, good, good, _Cars("dual", 0.5, 1.0))
+    assert (r["choice"], r["rule"]) == ("shared", "tie: shared")
+
+
+def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_dir, tmp_path, capsys):
+    import numpy as np
+
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=64, epochs=2,
+                      learning_rates=(1e-3,), data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    a = rep.metrics["auto"]
+    assert set(rep.candidates) == {"shared", "dual"}
+    assert rep.adapter is rep.candidates[a["choice"]] and rep.adapter.geometry_ == a["choice"]
+    assert a["cars_choice"] in ("shared", "dual") and np.isfinite(a["cars_score"])
+    # the two candidates saw the same paired batches: same training seed, different families
+    assert rep.candidates["shared"].seed == rep.candidates["dual"].seed
+    out = save_adapter(rep.adapter, tmp_path / "auto", dataset="scifact", metrics=rep.metrics)
+    assert load_adapter(out).geometry_ == a["choice"]
+
+
+def test_fit_warns_when_not_better_than_frozen(shared_dir, monkeypatch):
+    import asymgeo.adapters.workflow as wf
+
+    kw = dict(geometry="dual", rank=4, n_train=32, epochs=1, learning_rates=(1e-3,), report=False,
+              data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    monkeypatch.setattr(wf, "validation_gain", lambda *a, **k: {"n": 162, "diff": 0.01, "ci_low": -0.002,
+                                                                "ci_high": 0.02})
+    rep = wf.fit_adapter("scifact", "all-MiniLM-L6-v2", **kw)
+    assert rep.metrics["warnings"] == ["the adapter is not better than frozen on validation beyond noise: "
+                                       "+0.0100 [-0.0020, +0.0200] NDCG@10 over 162 queries"]
+    monkeypatch.setattr(wf, "validation_gain", lambda *a, **k: {"n": 162, "diff": 0.03, "ci_low": 0.01,
+                                                                "ci_high": 0.05})
+    assert wf.fit_adapter("scifact", "all-MiniLM-L6-v2", **kw).metrics["warnings"] == []
+
+
+def test_validation_gain_of_the_frozen_operator_is_zero(shared_dir):
+    import numpy as np
+
+    from asymgeo.adapters.workflow import load_adaptation_data, validation_gain
+
+    d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
+                             cache_dir=shared_dir / "embeddings")
+    g = validation_gain(d, np.eye(d.corpus.shape[1]), n_boot=100)
+    assert g == {"n": 162, "diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+
+
+def test_evaluate_rebuilds_the_training_queries_and_splits_seen_unseen(fitted_dir, shared_dir, tmp_path):
+    import shutil
+
+    from asymgeo.adapters.workflow import adapter_training_queries
+
+    ad = load_adapter(fitted_dir)
+    ids = adapter_training_queries(ad, "scifact", data_dir=shared_dir / "data")
+    assert ids is not None and len(ids) == 32
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", fitted_dir, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    g = res.extra["generalisation"]
+    assert g["seen"]["n"] + g["unseen"]["n"] == len(res.query_ids) == 300
+    vs = res.extra["vs_frozen"]["ndcg@10"]
+    assert vs["diff"] == pytest.approx(vs["adapter"] - vs["frozen"], abs=1e-12)
+    assert vs["adapter"] == pytest.approx(res.mean["ndcg@10"], abs=1e-12)
+    tampered = tmp_path / "t"
+    shutil.copytree(fitted_dir, tampered)
+    cfg = json.loads((tampered / "adapter.json").read_text())
+    cfg["extra"]["split"]["train_ids_sha256"] = "0" * 64
+    (tampered / "adapter.json").write_text(json.dumps(cfg))
+    assert adapter_training_queries(load_adapter(tampered), "scifact", data_dir=shared_dir / "data") is None
+    res2 = evaluate_adapter("scifact", "all-MiniLM-L6-v2", tampered, data_dir=shared_dir / "data",
+                            cache_dir=shared_dir / "embeddings")
+    assert res2.extra["generalisation"] is None
+    assert any("cannot be rebuilt" in n for n in res2.extra["notes"])

@@ -75,6 +75,11 @@ class Adapter(_Params):
     epochs, batch_size, temperature, weight_decay, grad_clip : training protocol.
     early_stopping : int or None
         Stop a learning rate's run after this many epochs without a validation gain.
+    anchor : float
+        Weight ``lambda`` of a pull toward the starting maps (L2-SP, Li et al. 2018): the loss
+        adds ``lambda * sum_W ||W - W_0||_F^2 / ||W_0||_F^2`` over the maps, so training moves
+        only as far from the closed-form start (or the random one) as the contrastive loss
+        pays for.  0 (default) is the paper's protocol.
     seed : int
         Seeds the epoch permutations (identical for both families: paired seeds), the
         random initialisation and CARS.
@@ -126,6 +131,7 @@ class Adapter(_Params):
         weight_decay: float = 1e-5,
         grad_clip: float = 5.0,
         early_stopping: int | None = None,
+        anchor: float = 0.0,
         seed: int = 0,
         device: str | None = None,
         progress: bool = False,
@@ -141,6 +147,7 @@ class Adapter(_Params):
         self.weight_decay = weight_decay
         self.grad_clip = grad_clip
         self.early_stopping = early_stopping
+        self.anchor = anchor
         self.seed = seed
         self.device = device
         self.progress = progress
@@ -165,6 +172,7 @@ class Adapter(_Params):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
         check_positive(self.temperature, "temperature")
         check_positive(self.weight_decay, "weight_decay", allow_zero=True)
+        check_positive(self.anchor, "anchor", allow_zero=True)
         check_positive(self.grad_clip, "grad_clip")
         es = self.early_stopping
         if es is not None and (isinstance(es, bool) or not isinstance(es, (int, np.integer)) or es < 1):

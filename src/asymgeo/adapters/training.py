@@ -407,6 +407,9 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                     B = torch.tensor(B0, dtype=torch.float32, device=device, requires_grad=True)
                     params.append(B)
                 opt = torch.optim.AdamW(params, lr=lr, weight_decay=float(adapter.weight_decay))
+                anchor = float(getattr(adapter, "anchor", 0.0))
+                starts = [p_.detach().clone() for p_ in params]
+                start_norms = [max(float((s_ * s_).sum()), 1e-12) for s_ in starts]
                 history.append({"learning_rate": lr, "epoch": 0, "loss": None, "validation_ndcg": val0})
                 run_best = -math.inf if val0 is None else val0
                 if val0 is not None and (best is None or val0 > best[0]):
@@ -432,6 +435,9 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                             H = H.masked_fill(hard_mask[idx], -math.inf)
                             logits = torch.cat([logits, H], dim=1)
                         loss = torch.nn.functional.cross_entropy(logits / tau, torch.arange(b, device=device))
+                        if anchor > 0:  # L2-SP: a pull toward the starting maps, scale-free per map
+                            loss = loss + anchor * sum(((w - w0) ** 2).sum() / nrm
+                                                       for w, w0, nrm in zip(params, starts, start_norms))
                         value = float(loss.detach())
                         if first_loss is None:
                             first_loss = max(value, 1e-6)

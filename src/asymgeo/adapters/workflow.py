@@ -17,7 +17,8 @@ import numpy as np
 from .adapter import Adapter
 
 __all__ = ["AdaptationData", "load_adaptation_data", "FitReport", "fit_adapter", "evaluate_adapter",
-           "adapter_seen_queries", "ndcg_at_10"]
+           "adapter_seen_queries", "adapter_training_queries", "document_disjoint_validation", "ndcg_at_10",
+           "SELECTIONS", "MIN_DISJOINT_VALIDATION", "choose_family"]
 
 
 @dataclass
@@ -40,6 +41,8 @@ class AdaptationData:
     test: Any
     relevant: list[set[int]] = field(repr=False)
     split: dict[str, Any] = field(default_factory=dict)
+    qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
+    corpus_ids: list[str] = field(default_factory=list, repr=False)
 
 
 def _num(x: float | None) -> float:
@@ -71,7 +74,85 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
     return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
-                          split=adaptation_split_source(ds))
+                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=list(emb.corpus_ids))
+
+
+def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> dict[str, float]:
+    """Paired NDCG@10 difference (operator minus frozen) on every validation query, with a 95% interval."""
+    from ..retrieval.compare import paired_comparison
+    from ..retrieval.metrics import evaluate_indices
+    from ..retrieval.search import exact_search
+
+    k = min(10, d.corpus.shape[0])
+    a = evaluate_indices(exact_search(d.V, d.corpus, k, operator=operator, progress=None).indices, d.validation,
+                         ["ndcg@10"]).per_query["ndcg@10"]
+    b = evaluate_indices(exact_search(d.V, d.corpus, k, progress=None).indices, d.validation,
+                         ["ndcg@10"]).per_query["ndcg@10"]
+    cmp = paired_comparison(a, b, n_boot=n_boot, seed=seed)
+    return {"n": int(cmp.n), "diff": cmp.mean_diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high}
+
+
+def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator: np.ndarray,
+                  dual_operator: np.ndarray, cars: Any, *, seed: int = 0) -> dict[str, Any]:
+    """``geometry="auto"``: the family with the higher validation NDCG@10, CARS breaking ties.
+
+    Both families are scored on the same validation queries (those that selected their
+    checkpoints); the paired per-query difference ``dual - shared`` has mean ``diff`` and
+    standard error ``se``.  ``|diff| > se``: the better family (rule ``"validation"``);
+    otherwise CARS's decision (rule ``"tie: CARS"``), and shared when CARS has no
+    clear sign either (its score within one of its standard errors of 0: rule
+    ``"tie: shared"``).  CARS ranks operator risk, not retrieval, so it only breaks ties.
+    """
+    from ..retrieval.metrics import evaluate_indices
+    from ..retrieval.search import exact_search
+
+    k = min(10, corpus.shape[0])
+    per = {name: evaluate_indices(exact_search(V, corpus, k, operator=M, progress=None).indices, table,
+                                  ["ndcg@10"]).per_query["ndcg@10"]
+           for name, M in (("shared", shared_operator), ("dual", dual_operator))}
+    d = per["dual"] - per["shared"]
+    diff = float(d.mean())
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
+    if abs(diff) > se:
+        choice, rule = ("dual" if diff > 0 else "shared"), "validation"
+    elif abs(cars.score) > cars.standard_error:
+        choice, rule = cars.choice, "tie: CARS"
+    else:
+        choice, rule = "shared", "tie: shared"
+    return {"choice": choice, "rule": rule, "validation_shared": float(per["shared"].mean()),
+            "validation_dual": float(per["dual"].mean()), "diff": diff, "standard_error": se,
+            "n_validation": int(d.size), "cars_choice": cars.choice, "cars_score": float(cars.score),
+            "cars_standard_error": float(cars.standard_error)}
+
+
+#: Validation choices of :func:`fit_adapter`.
+SELECTIONS = ("all", "document_disjoint")
+#: Fewest document-disjoint validation queries :func:`fit_adapter` selects on.
+MIN_DISJOINT_VALIDATION = 32
+
+
+def document_disjoint_validation(d: AdaptationData, train_query_ids: Sequence[str]) -> tuple[np.ndarray, Any, str]:
+    """Validation queries none of whose relevant documents is a positive of ``train_query_ids``.
+
+    Returns ``(V, table, note)``: their embeddings and :class:`RelevanceTable`, and ``""``;
+    or, with fewer than :data:`MIN_DISJOINT_VALIDATION` such queries, all validation queries
+    and a one-line note naming the fallback.
+    """
+    from ..retrieval.generalisation import seen_document_split, seen_documents
+    from ..retrieval.metrics import RelevanceTable
+
+    seen = seen_documents(d.qrels, train_query_ids)
+    ids = list(d.validation.query_ids)
+    split = seen_document_split({q: d.qrels[q] for q in ids}, seen)
+    keep = set(split.unseen)
+    if len(keep) < MIN_DISJOINT_VALIDATION:
+        return d.V, d.validation, (f"selection: only {len(keep)} of {len(ids)} validation queries have no relevant "
+                                   f"training-positive document (< {MIN_DISJOINT_VALIDATION}); selecting on all "
+                                   f"{len(ids)} validation queries instead")
+    rows = [i for i, q in enumerate(ids) if q in keep]
+    sub = [ids[i] for i in rows]
+    table = RelevanceTable({q: d.qrels[q] for q in sub}, sub, d.corpus_ids, unknown_docs="ignore")
+    return d.V[rows], table, ""
 
 
 def ndcg_at_10(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: np.ndarray | None = None) -> float:
@@ -95,9 +176,11 @@ class FitReport:
     encoder: str
     versions: dict[str, str] = field(default_factory=dict)
     split: dict[str, Any] = field(default_factory=dict)
+    adapter_train_ids: list[str] = field(default_factory=list, repr=False)
+    candidates: dict[str, Adapter] = field(default_factory=dict, repr=False)
 
 
-def fit_adapter(
+def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, report
     dataset: Any,
     encoder: str,
     *,
@@ -110,17 +193,30 @@ def fit_adapter(
     learning_rates: Sequence[float] = (3e-4, 1e-3, 3e-3),
     epochs: int = 30,
     early_stopping: int | None = None,
+    selection: str = "all",
+    anchor: float = 0.0,
+    report: bool = True,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     device: str | None = None,
     progress: bool = False,
 ) -> FitReport:
-    """Train an adapter with the paper's protocol on a dataset's adaptation split.
+    """Train an adapter on a dataset's adaptation split (paper protocol by default).
 
     ``n_train`` takes a seeded prefix (``seed``) of the training queries (all by default).
-    Returns the trained adapter, the closed-form baseline of the same geometry and the
-    validation / test NDCG@10 of frozen, baseline and trained.
+    ``selection`` names the validation queries that choose the learning rate, the checkpoint
+    and the closed-form scale: ``"all"`` (the paper's protocol) or ``"document_disjoint"``:
+    only validation queries none of whose relevant documents is a training positive, so that
+    selection rewards geometry that transfers to new documents (fewer than
+    :data:`MIN_DISJOINT_VALIDATION` such queries: all of them, with a warning recorded in
+    ``metrics["warnings"]``).  ``anchor`` is :class:`Adapter`'s pull toward the start.
+    Returns the trained adapter, the closed-form baseline of the same geometry, the
+    validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
+    generalisation table (:func:`~asymgeo.adapters.generalisation.generalisation_report`) in
+    ``metrics["generalisation"]``.
     """
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
     from ..data import nested_subsets
     from .baseline import closed_form_adapter
 
@@ -136,14 +232,36 @@ def fit_adapter(
         where = {q: i for i, q in enumerate(tr.query_ids)}
         relevant = [relevant[where[q]] for q in ids]
         tr = tr.subset(ids)
-    ad = Adapter(geometry=geometry, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
-                 epochs=epochs, early_stopping=early_stopping, seed=seed, device=device, progress=progress)
-    ad.fit(tr.X, tr.pos_rows, d.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
-           validation_queries=d.V, validation_relevance=d.validation)
+    warnings_: list[str] = []
+    V, vtable = d.V, d.validation
+    if selection == "document_disjoint":
+        V, vtable, note = document_disjoint_validation(d, tr.query_ids)
+        if note:
+            warnings_.append(note)
+    def train(family: str) -> Adapter:
+        a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
+                    epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
+                    progress=progress)
+        return a.fit(tr.X, tr.pos_rows, d.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
+                     validation_queries=V, validation_relevance=vtable)
+
+    auto = None
+    fitted: dict[str, Adapter] = {}
+    if geometry == "auto":  # both families on the same paired batches, chosen by validation retrieval
+        from ..kernels.selection import cars_score
+
+        fitted = {fam: train(fam) for fam in ("shared", "dual")}
+        cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, seed=seed)
+        auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
+                             seed=seed)
+        ad = fitted[auto["choice"]]
+        ad.selection_ = cars
+    else:
+        ad = train(geometry)
     base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=ad.geometry_, rank=rank,
-                               hard_negative_rows=tr.hard_negative_rows, validation_queries=d.V,
-                               validation_relevance=d.validation, device=device)
-    metrics = {
+                               hard_negative_rows=tr.hard_negative_rows, validation_queries=V,
+                               validation_relevance=vtable, device=device)
+    metrics: dict[str, Any] = {
         "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus),
                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus)},
         "closed_form": {"validation_ndcg@10": _num(base.validation_ndcg_),
@@ -154,16 +272,35 @@ def fit_adapter(
                     "learning_rate": ad.learning_rate_, "best_epoch": ad.best_epoch_},
         "n_train": len(tr), "n_validation": len(d.validation), "n_test": len(d.test),
         "geometry": ad.geometry_, "form": form, "rank": rank, "seed": seed,
+        "selection": selection, "n_selection": len(vtable), "anchor": anchor, "warnings": warnings_,
     }
+    v = validation_gain(d, ad.operator_, seed=seed)
+    metrics["validation_vs_frozen"] = v
+    if not v["ci_low"] > 0:
+        warnings_.append(f"the adapter is not better than frozen on validation beyond noise: "
+                         f"{v['diff']:+.4f} [{v['ci_low']:+.4f}, {v['ci_high']:+.4f}] NDCG@10 over {v['n']} queries")
+    if report:
+        from .generalisation import generalisation_report
+
+        gen = generalisation_report(d, tr.query_ids, {"closed-form": base.operator_,
+                                                      f"trained {ad.geometry_}": ad.operator_}, seed=seed)
+        metrics["generalisation"] = gen.as_dict()
     if ad.selection_ is not None:
         metrics["cars"] = {"choice": ad.selection_.choice, "score": ad.selection_.score,
                            "standard_error": ad.selection_.standard_error}
+    if auto is not None:
+        metrics["auto"] = auto
     import torch
 
     from .._runtime import package_versions
 
     versions = {**package_versions(), "torch": torch.__version__}
-    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions, split=d.split)
+    from .generalisation import ids_digest
+
+    split = {**d.split, "n_train": len(tr), "train_ids_sha256": ids_digest(tr.query_ids),
+             "n_train_requested": n_train, "subset_seed": seed}
+    return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions, split=split,
+                     adapter_train_ids=list(tr.query_ids), candidates=fitted if auto is not None else {})
 
 
 def adapter_seen_queries(adapter: Adapter, dataset: Any, *, data_dir: str | os.PathLike | None = None) -> set[str]:
@@ -183,6 +320,47 @@ def adapter_seen_queries(adapter: Adapter, dataset: Any, *, data_dir: str | os.P
     seed = ((meta.get("extra") or {}).get("split") or {}).get("seed", DEFAULT_SPLIT_SEED)
     parts = adaptation_split(ds, int(seed))
     return set(parts["train"]) | set(parts["validation"])
+
+
+def adapter_training_queries(adapter: Adapter, dataset: Any, *,
+                             data_dir: str | os.PathLike | None = None) -> list[str] | None:
+    """The query ids that trained ``adapter`` on ``dataset``, rebuilt from its ``adapter.json``.
+
+    :func:`fit_adapter` trains on the adaptation split's labelled train queries (a seeded
+    ``n_train`` subset when asked) and records their digest; the ids are rebuilt the same
+    way and returned only when the digest agrees, else ``None`` (another dataset, an adapter
+    not written by ``asymgeo fit``, or different data).
+    """
+    from ..data import adaptation_split, load_beir, nested_subsets
+    from .generalisation import ids_digest
+
+    ds = load_beir(dataset, data_dir=data_dir)
+    meta = getattr(adapter, "metadata_", None) or {}
+    split = (meta.get("extra") or {}).get("split") or {}
+    if meta.get("dataset") != ds.name or "train_ids_sha256" not in split:
+        return None
+    labels = ds.all_qrels()
+    ids = [q for q in adaptation_split(ds, int(split.get("seed", 0)))["train"]
+           if any(g >= 1 for g in labels.get(q, {}).values())]
+    n = split.get("n_train_requested")
+    if n is not None:
+        ids = nested_subsets(ids, sizes=[int(n)], seed=int(split.get("subset_seed", 0)))[int(n)]
+    return ids if ids_digest(ids) == split["train_ids_sha256"] else None
+
+
+def _against_frozen(res: Any, frozen: Any, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Per metric: frozen mean and the paired difference (adapter - frozen) with a 95% interval."""
+    from ..retrieval.compare import paired_comparison
+
+    out = {}
+    pos = {q: i for i, q in enumerate(frozen.query_ids)}
+    rows = [pos[q] for q in res.query_ids]
+    for m, vals in res.per_query.items():
+        base = frozen.per_query[m][rows]
+        cmp = paired_comparison(vals, base, n_boot=2000, seed=seed)
+        out[m] = {"adapter": float(vals.mean()), "frozen": float(base.mean()), "diff": cmp.mean_diff,
+                  "ci_low": cmp.ci_low, "ci_high": cmp.ci_high}
+    return out
 
 
 def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike, *, split: str = "test",
@@ -220,6 +398,31 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
     if n_ex:
         notes.append(f"scored {n_all - n_ex:,} of the {n_all:,} judged {split} queries: the other {n_ex:,} "
                      f"trained or validated this adapter")
+    frozen = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
+                             backend=backend, ties=ties, exclude_queries=seen)
+    vs = _against_frozen(res, frozen)
+    generalisation = None
+    train_ids = adapter_training_queries(ad, ds)
+    if train_ids is None:
+        notes.append("the training queries cannot be rebuilt from adapter.json: no seen / unseen-document split")
+    else:
+        from ..retrieval.compare import paired_comparison
+        from ..retrieval.generalisation import seen_document_split, seen_documents
+
+        qrels = ds.all_qrels()
+        seen_docs = seen_documents(qrels, train_ids)
+        sp = seen_document_split({q: ds.qrels(split)[q] for q in res.query_ids}, seen_docs)
+        metric = f"ndcg@{k}" if f"ndcg@{k}" in res.per_query else next(iter(res.per_query))
+        a_of = dict(zip(res.query_ids, res.per_query[metric].tolist()))
+        f_of = dict(zip(frozen.query_ids, frozen.per_query[metric].tolist()))
+        generalisation = {"metric": metric, "n_seen_documents": len(seen_docs)}
+        for name, ids in (("seen", sp.seen), ("unseen", sp.unseen)):
+            if ids:
+                cmp = paired_comparison([a_of[q] for q in ids], [f_of[q] for q in ids], n_boot=2000, seed=0)
+                generalisation[name] = {"n": len(ids), "adapter": cmp.mean_a, "frozen": cmp.mean_b,
+                                        "diff": cmp.mean_diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high}
+            else:
+                generalisation[name] = {"n": 0}
     res.extra.update(adapter=str(adapter_dir), geometry=ad.geometry_, form=ad.form,
-                     rank=int(ad.query_map_.shape[0]), notes=notes)
+                     rank=int(ad.query_map_.shape[0]), notes=notes, vs_frozen=vs, generalisation=generalisation)
     return res
