@@ -217,7 +217,7 @@ def test_saved_adapter_keeps_the_mode_of_the_folder_it_replaces(tmp_path, rng):
         os.umask(mask)
 
 
-def test_interrupted_save_keeps_the_old_adapter(tmp_path, rng, monkeypatch):
+def test_interrupted_save_keeps_the_old_adapter_at_the_second_rename(tmp_path, rng, monkeypatch):
     import asymgeo._atomic as atomic
 
     out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), tmp_path / "ad")
