@@ -395,6 +395,8 @@ def _add_fit(sub):
                         "0 = the paper's protocol)")
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--out", required=True, help="adapter folder to write (replaced only when the new one is complete)")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="also draw validation NDCG@10 per epoch and the seen / unseen bars against frozen (PNG)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_run_fit)
@@ -407,6 +409,12 @@ def _run_fit(args) -> int:
     from .adapters.workflow import fit_adapter
 
     check_output_folder(args.out)  # before training, not after
+    if args.plot:
+        from ._atomic import check_writable_parent
+
+        if not str(args.plot).lower().endswith(".png"):
+            raise ValueError(f"--plot: {args.plot}: expected a .png file name")
+        check_writable_parent(args.plot, "--plot")
     if args.device is not None:  # a bad device is named before any data is loaded
         from .data.encoders import check_device
 
@@ -419,9 +427,18 @@ def _run_fit(args) -> int:
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
                        extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
                               "versions": rep.versions, "split": rep.split})
+    if args.plot:
+        from .adapters.plots import plot_fit
+
+        plot_fit(rep, args.plot)
     if args.json:
         _print_json({"adapter": str(out), **rep.metrics, "split": rep.split})
         return 0
+    _print_fit(rep, out, args)
+    return 0
+
+
+def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed section by section
     m, ad = rep.metrics, rep.adapter
     gen = m.get("generalisation")
     if gen and gen.get("headline"):
@@ -462,8 +479,7 @@ def _run_fit(args) -> int:
         print(f"warning: stopped early, {msg}", file=sys.stderr)
     for msg in m.get("warnings", []):
         print(f"asymgeo fit: warning: {msg}", file=sys.stderr)
-    print(f"wrote {out}")
-    return 0
+    print(f"wrote {out}" + (f" and {args.plot}" if args.plot else ""))
 
 
 # --------------------------------------------------------------------------- export

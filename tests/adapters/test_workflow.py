@@ -352,3 +352,25 @@ def test_evaluate_rebuilds_the_training_queries_and_splits_seen_unseen(fitted_di
                             cache_dir=shared_dir / "embeddings")
     assert res2.extra["generalisation"] is None
     assert any("cannot be rebuilt" in n for n in res2.extra["notes"])
+
+
+def test_fit_plot_and_bad_plot_name(shared_dir, tmp_path, capsys, monkeypatch):
+    png = tmp_path / "fit.png"
+    assert main(_fit_argv(shared_dir, tmp_path / "ad", "--plot", str(png))) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert capsys.readouterr().out.strip().endswith(f"and {png}")
+    monkeypatch.setattr(Adapter, "fit", lambda *a, **k: pytest.fail("trained before checking --plot"))
+    rc = main(_fit_argv(shared_dir, tmp_path / "ad2", "--plot", str(tmp_path / "fit.pdf")))
+    assert rc == 2 and "--plot: " in capsys.readouterr().err
+
+
+def test_model_card_says_what_trained_it_and_whether_it_helps(fitted_dir):
+    from asymgeo.adapters.export import model_card
+
+    ad = load_adapter(fitted_dir)
+    card = model_card(ad, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+    gen = ad.metadata_["metrics"]["generalisation"]
+    assert card.startswith("---\nlibrary_name: sentence-transformers\nbase_model: sentence-transformers/all-MiniLM-L6-v2")
+    assert "**dual**" in card and "rank 4" in card and "scifact" in card and "32 training queries" in card
+    assert "## Does it help new queries?" in card and gen["headline"] in card
+    assert f"frozen {ad.metadata_['metrics']['frozen']['test_ndcg@10']:.4f}" in card

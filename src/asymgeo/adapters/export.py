@@ -27,7 +27,7 @@ import numpy as np
 
 from .adapter import Adapter
 
-__all__ = ["export_sentence_transformers", "MANIFEST_FILE"]
+__all__ = ["export_sentence_transformers", "model_card", "MANIFEST_FILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,54 @@ def _check_destination(dest: Path, overwrite: bool) -> None:
     check_writable_parent(dest, "out")
 
 
+def model_card(adapter: Adapter, base_name: str, base_path: str) -> str:
+    """The exported model's ``README.md``: what it is, what trained it, and whether it helps new queries."""
+    meta = getattr(adapter, "metadata_", None) or {}
+    metrics = meta.get("metrics") or {}
+    split = (meta.get("extra") or {}).get("split") or {}
+    r, p = adapter.query_map_.shape
+    form = adapter.form
+    routes = ("query route = base encoder + Dense(p -> p) with weight M^T (M = I + A^T B); document route = the "
+              "base encoder unchanged, so an existing document index stays valid" if form == "augmented" else
+              "query route = base + Dense(p -> r) with weight A; document route = base + Dense(p -> r) with "
+              "weight B (a new r-dimensional document index)")
+    maps = ("one map P for both sides, M = P^T P" if adapter.geometry_ == "shared"
+            else "maps A for queries and B for documents, M = A^T B")
+    lines = [
+        "---", "library_name: sentence-transformers", f"base_model: {base_path}",
+        "tags: [sentence-transformers, asymgeo, retrieval-adapter]", "---", "",
+        f"# {adapter.geometry_} rank-{r} {form} adapter on {base_name} (asymgeo)", "",
+        f"- Base model: `{base_name}` ({base_path}), dimension {p}; similarity: dot product.",
+        f"- Geometry: **{adapter.geometry_}** ({maps}), rank {r}, form {form}: {routes}.",
+        "- Prompts: the base model's query and document prefixes (`encode_query` / `encode_document`).",
+    ]
+    if meta.get("dataset"):
+        lines.append(f"- Training data: {meta['dataset']}, {split.get('description', 'adaptation split')}; "
+                     f"{metrics.get('n_train', split.get('n_train', '?'))} training queries; checkpoint chosen on "
+                     f"{metrics.get('n_selection', metrics.get('n_validation', '?'))} validation queries "
+                     f"(selection: {metrics.get('selection', 'all')}, anchor {metrics.get('anchor', 0)}).")
+    if "frozen" in metrics and "trained" in metrics:
+        lines.append(f"- Test NDCG@10: frozen {metrics['frozen']['test_ndcg@10']:.4f}, this adapter "
+                     f"{metrics['trained']['test_ndcg@10']:.4f}.")
+    lines.append(f"- Made by asymgeo {meta.get('asymgeo_version', '')}.")
+    gen = metrics.get("generalisation")
+    if gen:
+        from .generalisation import GeneralisationReport
+
+        table = GeneralisationReport(gen["rows"], gen["prior_weight"], {}, gen["seen"], gen["focus"]).format_table()
+        lines += ["", "## Does it help new queries?", "", gen.get("headline", ""), "",
+                  "Test NDCG@10 and its gain over the frozen base model [paired 95% interval]. *seen-doc*: test "
+                  "queries with a relevant document that was a training positive; *unseen-doc*: the others; "
+                  "*unseen-rel*: each query scored on its relevant documents that were not training positives; "
+                  "*doc prior*: the frozen model plus a constant for training positives (no geometry).", "",
+                  "```", table, "```"]
+        lines += [f"Note: {n}" for n in gen.get("notes", [])]
+    lines += ["", "## Use", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+              "model = SentenceTransformer(\"PATH\")", "q = model.encode_query([\"a question\"])",
+              "d = model.encode_document([\"a passage\"])", "scores = q @ d.T", "```", ""]
+    return "\n".join(lines)
+
+
 def export_sentence_transformers(
     adapter: Adapter,
     base: str,
@@ -160,6 +208,7 @@ def export_sentence_transformers(
     dest = Path(out)
     with building_folder(dest) as tmp:
         exported.save(str(tmp))
+        (tmp / "README.md").write_text(model_card(adapter, spec.name, str(spec.model)), encoding="utf-8")
         manifest = {"format": "asymgeo-export", "files": _files_under(tmp), "base": spec.name,
                     "geometry": adapter.geometry_, "form": adapter.form,
                     "rank": int(adapter.query_map_.shape[0])}
