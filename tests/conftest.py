@@ -38,9 +38,22 @@ def shared_dir() -> Path:
 def _triples_cache_in_tmp(tmp_path_factory):
     """Hard negatives mined from read-only caches (../shared) are cached in a temporary
     folder, never in the user's ~/.cache (asymgeo.data.triples falls back there)."""
+    import asymgeo.data.triples as triples
+
     old = os.environ.get("ASYMGEO_TRIPLES_DIR")
     os.environ["ASYMGEO_TRIPLES_DIR"] = str(tmp_path_factory.mktemp("triples-cache"))
+    # Tests write only under their temp folders: ../shared is never written, even where its
+    # permission bits would allow it (the library writes the triple cache beside a writable cache).
+    shared = SHARED_DIR.resolve()
+    real_writable = triples._writable
+
+    def writable_outside_shared(folder):
+        folder = Path(folder).resolve()
+        return False if folder == shared or shared in folder.parents else real_writable(folder)
+
+    triples._writable = writable_outside_shared
     yield
+    triples._writable = real_writable
     if old is None:
         os.environ.pop("ASYMGEO_TRIPLES_DIR", None)
     else:

@@ -441,3 +441,37 @@ def test_fit_refuses_another_tools_adapter_folder_before_training(capsys, tmp_pa
                                  "--rank", "4", "--out", str(lora), *_shared_args()])
     assert code == 2 and len(err.strip().splitlines()) == 1 and str(lora) in err and "peft_type 'LORA'" in err
     assert sorted(p.name for p in lora.iterdir()) == ["README.md", "adapter.json", "weights.bin"]
+
+
+def test_selector_dim_zero_and_demo_single_query_are_one_line_errors(capsys):
+    code, _, err = _run(capsys, ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4",
+                                 "--selector-dim", "0", *_shared_args()])
+    assert code == 2 and "selector_dim: expected a positive integer" in err and "1e12" not in err
+    assert "1000000000000" not in err
+    code, out, err = _run(capsys, ["demo", "--n-test", "1"])
+    assert code == 2 and err.strip() == "asymgeo demo: error: n_test: expected an integer >= 2, got 1"
+
+
+def test_demo_calls_an_exact_tie_a_tie():
+    from asymgeo.experiments.demo import run_demo
+
+    res = run_demo(sizes=[32], n_test=2)
+    row = res["rows"][0]
+    s, d = row["ndcg10_shared"], row["ndcg10_dual"]
+    want = ("dual" if d > s else "shared" if s > d
+            else "tie")
+    assert row["better_on_test"] == want
+    assert s == d == 0.0 and want == "tie", "two test queries at n = 32: both families miss both (the probed case)"
+
+
+def test_garbage_lines_in_runs_jsonl_are_named(tmp_path, caplog):
+    from asymgeo.experiments.report import run_log
+
+    folder = tmp_path / "x"
+    folder.mkdir()
+    (folder / "runs.jsonl").write_text('{"cells_run": 1}\nnot json\n[1, 2]\n\n{"cells_run": 2}\n')
+    with caplog.at_level("WARNING", logger="asymgeo.experiments.report"):
+        assert run_log(tmp_path, "x") == [{"cells_run": 1}, {"cells_run": 2}]
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("runs.jsonl:2: not a JSON record" in m for m in msgs)
+    assert any("runs.jsonl:3: a JSON list, not a run record" in m for m in msgs)

@@ -359,7 +359,7 @@ def _run_evaluate_adapter(args) -> int:
 # --------------------------------------------------------------------------- fit
 #: ``asymgeo fit``'s training defaults beyond the paper's protocol, chosen on validation by the
 #: generalisation study (docs/generalisation.md); ``--selection all --anchor 0`` is the paper's.
-_FIT_DEFAULTS: dict = {"selection": "all", "anchor": 0.0}
+_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0}
 
 @_command("fit")
 def _add_fit(sub):

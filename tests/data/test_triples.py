@@ -262,3 +262,19 @@ def test_mine_hard_negatives_returns_a_search_result():
     scores, rows = res  # same order as exact_search
     assert rows.tolist() == [[1, 2]] and res.indices is rows
     np.testing.assert_allclose(scores, [[0.5, 0.2]], rtol=1e-6)
+
+
+def test_the_suite_never_writes_into_shared(shared_dir, tmp_path):
+    """The session guard in conftest: a writable-looking folder under ../shared is refused, so
+    mined negatives land in the temporary ASYMGEO_TRIPLES_DIR."""
+    import os
+
+    import asymgeo.data.triples as triples
+
+    assert not triples._writable(shared_dir / "embeddings" / "scifact" / "all-MiniLM-L6-v2")
+    assert triples._writable(tmp_path)
+    assert str(triples._user_triples_dir()).startswith(os.environ["ASYMGEO_TRIPLES_DIR"])
+    before = sorted(str(p) for p in shared_dir.rglob("*"))
+    load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared_dir / "data",
+                 cache_dir=shared_dir / "embeddings", k=3)
+    assert sorted(str(p) for p in shared_dir.rglob("*")) == before

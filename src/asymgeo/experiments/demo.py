@@ -41,6 +41,7 @@ def run_demo(
     if not sizes:
         raise ValueError("sizes: expected at least one training size")
     seed = check_int(seed, "seed", min_value=0)
+    n_test = check_int(n_test, "n_test", min_value=2)  # a mean and its comparison need two queries
     for n in sizes:
         if n < 4:
             raise ValueError(f"n: every training size must be >= 4 (CARS needs 4 triples), got {n}")
@@ -61,7 +62,8 @@ def run_demo(
             "ndcg10_shared": rec["ndcg_shared"],
             "ndcg10_dual": rec["ndcg_dual"],
             "ndcg10_dual_minus_shared": rec["ndcg_diff"],
-            "better_on_test": "dual" if rec["ndcg_dual"] > rec["ndcg_shared"] else "shared",
+            "better_on_test": ("dual" if rec["ndcg_dual"] > rec["ndcg_shared"] else
+                               "shared" if rec["ndcg_shared"] > rec["ndcg_dual"] else "tie"),
             "seeds": {k: rec[k] for k in ("model_seed", "test_seed", "train_seed", "cars_seed")},
         })
     return {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from .runner import SweepResult, load_experiment, read_results, results_path, ru
 __all__ = ["EXPERIMENTS", "build_report", "reproduce", "run_log"]
 
 #: Reproducible experiments, in report order.
+logger = logging.getLogger(__name__)
+
 EXPERIMENTS = ("rq1", "table2", "rq2", "rq4", "table1")
 FIGURES = {"rq1": "rq1_figure3.png", "table2": "table2_calibration.png", "rq2": "rq2_figure4a.png",
            "rq4": "rq4_trajectories.png", "table1": "rq2_real_figure4b.png"}
@@ -41,11 +44,18 @@ def run_log(results_dir: str | os.PathLike, name: str) -> list[dict]:
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
             continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            logger.warning("%s:%d: not a JSON record (%s); line skipped", path, i, exc.msg)
+            continue
+        if not isinstance(rec, dict):
+            logger.warning("%s:%d: a JSON %s, not a run record; line skipped", path, i, type(rec).__name__)
+            continue
+        out.append(rec)
     return out
 
 

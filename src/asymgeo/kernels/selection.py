@@ -408,7 +408,10 @@ def cars_score(
     del Y_pos, Y_neg
     check_triples_informative(X, D)
     if selector_dim is not None:
-        selector_dim = check_rank(selector_dim, 10**12, "selector_dim")
+        if isinstance(selector_dim, bool) or not isinstance(selector_dim, (int, np.integer)) or selector_dim < 1:
+            raise ValueError(f"selector_dim: expected a positive integer (a projection dimension; >= p means "
+                             f"no projection), got {selector_dim!r}")
+        selector_dim = int(selector_dim)
         if selector_dim < p:
             R = selector_projection(p, selector_dim, rng_proj)
             X = X @ R
