@@ -55,7 +55,7 @@ def test_adapter_index_on_cuda():
     A = rng.standard_normal((4, 24))
     B = rng.standard_normal((4, 24))
     Q = rng.standard_normal((8, 24)).astype(np.float32)
-    res = AdapterIndex(corpus, A, B).search(Q, k=5, backend="torch")
+    res = AdapterIndex(corpus, A, B, form="projection").search(Q, k=5, backend="torch")
     assert res.backend == "torch:cuda"
     S = (Q @ A.T) @ (corpus @ B.T).T
     np.testing.assert_array_equal(np.asarray(res.indices), np.argsort(-S, axis=1, kind="stable")[:, :5])

@@ -54,8 +54,10 @@ def test_compact_index_ranks_like_the_operator(rng):
     res = ad.index(Y).search(X, 5)
     expected = np.argsort(-(X @ A.T @ B @ Y.T), axis=1, kind="stable")[:, :5]
     np.testing.assert_array_equal(res.indices, expected)
-    with pytest.raises(ValueError, match="form"):
-        Adapter.from_maps(A, B, form="augmented").index(Y)
+    aug = Adapter.from_maps(A, B, form="augmented")  # x^T (I + A^T B) y: a (p + r)-column index
+    res = aug.index(Y).search(X, 5)
+    np.testing.assert_array_equal(res.indices, np.argsort(-(X @ (np.eye(9) + A.T @ B) @ Y.T), axis=1,
+                                                          kind="stable")[:, :5])
 
 
 def test_not_fitted_and_wrong_dimension(rng):

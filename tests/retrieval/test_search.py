@@ -176,7 +176,7 @@ def test_adapter_index_equals_direct_scoring(shared):
     B = A if shared else rng.integers(-1, 2, size=(3, 8)).astype(np.float64)
     M = A.T @ B
     ref_s, ref_i = brute_force(X.astype(np.float64) @ M @ Y.T.astype(np.float64), 20)
-    index = AdapterIndex(Y, A, None if shared else B)
+    index = AdapterIndex(Y, A, None if shared else B, form="projection")
     assert index.documents.shape == (500, 3) and index.rank == 3 and len(index) == 500
     s, i = index.search(X, 20, block_size=64)
     np.testing.assert_array_equal(i, ref_i)
@@ -194,7 +194,7 @@ def test_adapter_index_float_data_matches_operator():
     B = rng.standard_normal((4, 16))
     S = X @ A.T @ B @ Y.astype(np.float64).T
     ref_s, _ = brute_force(S, 10)
-    s, i = AdapterIndex(Y, A, B).search(X, 10)
+    s, i = AdapterIndex(Y, A, B, form="projection").search(X, 10)
     np.testing.assert_allclose(s, ref_s, rtol=1e-4, atol=1e-3)
     s2, _ = exact_search(X, Y, 10, operator=A.T @ B)
     np.testing.assert_allclose(s2, ref_s, rtol=1e-4, atol=1e-3)
@@ -218,7 +218,7 @@ def test_dimension_mismatch():
     with pytest.raises(ValueError, match="doc_map"):
         transform_index(np.ones((5, 4)), np.ones((2, 3)))
     with pytest.raises(ValueError, match="queries: dimension"):
-        AdapterIndex(np.ones((5, 4)), np.ones((2, 4))).search(np.ones((1, 3)), 1)
+        AdapterIndex(np.ones((5, 4)), np.ones((2, 4)), form="projection").search(np.ones((1, 3)), 1)
 
 
 def test_k_out_of_range():
@@ -466,3 +466,27 @@ def test_explicit_cpu_backend_with_auto_device_runs_on_the_cpu(monkeypatch):
     assert _resolve("torch", "auto") == ("torch", "cuda")
     with pytest.raises(ValueError, match="CPU only"):
         _resolve("numpy", "cuda")
+
+
+@pytest.mark.parametrize("form", ["augmented", "projection"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_adapter_index_of_either_form_scores_as_the_adapter(form, shared):
+    """adapter.index(corpus) ranks by adapter.similarity: x^T (I + A^T B) y or x^T A^T B y."""
+    from asymgeo.adapters import Adapter
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(0, 0.3, size=(3, 8))
+    B = A if shared else rng.normal(0, 0.3, size=(3, 8))
+    ad = Adapter.from_maps(A, None if shared else B, form=form)
+    Y, X = rng.normal(size=(40, 8)), rng.normal(size=(5, 8))
+    index = ad.index(Y)
+    assert index.documents.shape == ((40, 11) if form == "augmented" else (40, 3))
+    got = index.search(X, 40)
+    S = ad.similarity(X, Y)  # the adapter's own scores, x^T M y
+    np.testing.assert_allclose(got.scores, -np.sort(-S, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got.indices[:, :5], np.argsort(-S, axis=1)[:, :5])
+
+
+def test_adapter_index_refuses_maps_of_unknown_form():
+    with pytest.raises(ValueError, match="form: expected 'projection'.*must be given"):
+        AdapterIndex(np.ones((5, 4)), np.ones((2, 4)))

@@ -341,12 +341,10 @@ class Adapter(_Params):
         return self._check_input(X, "X") @ self.operator_
 
     def index(self, corpus: Any, *, dtype: Any = np.float32):
-        """Compact r-dimensional :class:`asymgeo.retrieval.search.AdapterIndex` (projection form only:
-        the augmented form needs the full embeddings; use :meth:`query_transform`)."""
+        """An exact :class:`asymgeo.retrieval.search.AdapterIndex` over ``corpus`` for this adapter's form:
+        r-dimensional documents ``Y B^T`` (projection) or ``[Y, Y B^T]`` (augmented, p + r columns, the
+        frozen embeddings first, so nothing is re-encoded); its scores equal :meth:`similarity`."""
         self._check_fitted()
-        if self.form != "projection":
-            raise ValueError("form: the compact r-dimensional index needs form='projection'; "
-                             "for 'augmented' search the frozen index with query_transform(X)")
         from ..retrieval.search import AdapterIndex
 
-        return AdapterIndex(corpus, self.query_map_, self.doc_map_, dtype=dtype)
+        return AdapterIndex(corpus, self.query_map_, self.doc_map_, form=self.form, dtype=dtype)

@@ -809,22 +809,34 @@ def transform_index(
 
 
 class AdapterIndex:
-    """An r-dimensional exact index for a rank-r bilinear map ``M = A^T B``.
+    """An exact index for a rank-r adapter, of either form, built once over the corpus.
 
-    Documents are stored once as ``Y @ B.T`` (N, r); queries are searched as
-    ``X @ A.T``.  Then ``(A x) . (B y) = x^T A^T B y = x^T M y``: the ranking equals
-    scoring ``x^T M y`` directly, at r/p of the cost.  For a shared map pass
-    ``doc_map=None`` (``B = A``).
+    * ``form="projection"`` (``M = A^T B``): documents are stored once as ``Y @ B.T`` (N, r),
+      queries searched as ``X @ A.T``; ``(A x) . (B y) = x^T M y``, at r/p of the cost.
+    * ``form="augmented"`` (``M = I + A^T B``): documents as ``[Y, Y @ B.T]`` (N, p + r),
+      queries as ``[X, X @ A.T]``; ``x . y + (A x) . (B y) = x^T (I + A^T B) y``.  The frozen
+      embeddings are the first p columns, so no document is re-encoded.
+
+    The same maps score differently in the two forms, so ``form`` must be given (an
+    augmented adapter's maps searched as a projection rank nearly at random).  For a
+    shared map pass ``doc_map=None`` (``B = A``).  :meth:`asymgeo.adapters.Adapter.index`
+    builds one from a fitted adapter.
 
     Parameters
     ----------
     corpus : (N, p) array
     query_map : (r, p) array  -- ``A``
     doc_map : (r, p) array, optional  -- ``B`` (defaults to ``A``)
+    form : ``"projection"`` or ``"augmented"`` (required)
     dtype : storage dtype of the transformed documents (float32 or float16)
     """
 
-    def __init__(self, corpus: Any, query_map: Any, doc_map: Any = None, *, dtype: Any = np.float32):
+    def __init__(self, corpus: Any, query_map: Any, doc_map: Any = None, *, form: str | None = None,
+                 dtype: Any = np.float32):
+        if form not in ("projection", "augmented"):
+            raise ValueError(f"form: expected 'projection' (M = A^T B) or 'augmented' (M = I + A^T B), "
+                             f"got {form!r}; the same maps score differently in the two, so the form must be given "
+                             "(or build the index with Adapter.index(corpus))")
         A = _check_matrix(query_map, "query_map", "(r, p)")
         Bm = A if doc_map is None else _check_matrix(doc_map, "doc_map", "(r, p)")
         if Bm.shape[0] != A.shape[0]:
@@ -832,9 +844,15 @@ class AdapterIndex:
                 f"doc_map: rank {Bm.shape[0]} does not match query_map rank {A.shape[0]}"
             )
         _check_finite_rows(A, "query_map")
+        self.form = form
         self.query_map = np.asarray(A, dtype=np.float64)
         self.doc_map = np.asarray(Bm, dtype=np.float64)
-        self.documents = transform_index(corpus, Bm, dtype=dtype)
+        low = transform_index(corpus, Bm, dtype=dtype)
+        if form == "augmented":
+            Y = _check_matrix(corpus, "corpus", "(N, p)")
+            self.documents = np.concatenate([np.asarray(Y, dtype=low.dtype), low], axis=1)
+        else:
+            self.documents = low
 
     @property
     def rank(self) -> int:
@@ -844,7 +862,7 @@ class AdapterIndex:
         return int(self.documents.shape[0])
 
     def transform_queries(self, queries: Any) -> np.ndarray:
-        """(n, p) queries -> (n, r) ``X @ A.T``."""
+        """(n, p) queries -> ``X @ A.T`` (n, r), or ``[X, X @ A.T]`` (n, p + r) when augmented."""
         Q = _check_matrix(queries, "queries", "(n, p)")
         if Q.shape[1] != self.query_map.shape[1]:
             raise ValueError(
@@ -852,8 +870,13 @@ class AdapterIndex:
                 f"{self.query_map.shape}"
             )
         _check_finite_rows(Q, "queries")
-        return (np.asarray(Q, dtype=np.float64) @ self.query_map.T).astype(np.float32)
+        Q64 = np.asarray(Q, dtype=np.float64)
+        low = Q64 @ self.query_map.T
+        return (np.concatenate([Q64, low], axis=1) if self.form == "augmented" else low).astype(np.float32)
 
     def search(self, queries: Any, k: int, **kwargs: Any) -> SearchResult:
-        """Exact top-k under ``x^T A^T B y``; keyword arguments go to :func:`exact_search`."""
+        """Exact top-k under ``x^T M y`` (``M = A^T B``, or ``I + A^T B`` when augmented).
+
+        Keyword arguments go to :func:`exact_search`.
+        """
         return exact_search(self.transform_queries(queries), self.documents, k, **kwargs)
