@@ -368,3 +368,23 @@ def test_encoder_returning_wrong_shape_is_named(seven, tmp_path):
 
     with pytest.raises(ValueError, match=r"encoder 'fake-enc': returned shape \(3, 3\) for 2 texts"):
         encode_dataset(seven, SPEC, cache_dir=tmp_path, model=Bad(), chunk_size=2, progress=False)
+
+
+def test_arrays_narrower_than_meta_dimension_are_named(tmp_path):
+    rng = np.random.default_rng(0)
+    C = rng.standard_normal((6, 4)).astype(np.float32)
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    path = cache_path("ds", "enc", tmp_path)
+    write_embeddings(path, C, [f"c{i}" for i in range(6)], C[:3], ["a", "b", "c"], {"normalised": True})
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["dimension"] == 4
+    meta["dimension"] = 8
+    meta.pop("shapes", None)
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"corpus.npy: 4 columns but meta.json says dimension 8"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+
+
+def test_missing_dataset_suggests_the_command_line_way(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"asymgeo embed NAME --download"):
+        load_beir("nowhere", data_dir=tmp_path)

@@ -278,3 +278,14 @@ def test_the_suite_never_writes_into_shared(shared_dir, tmp_path):
     load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared_dir / "data",
                  cache_dir=shared_dir / "embeddings", k=3)
     assert sorted(str(p) for p in shared_dir.rglob("*")) == before
+
+
+def test_header_only_train_qrels_name_the_file(tmp_path):
+    from beir_fixtures import doc, query, write_beir
+
+    root = write_beir(tmp_path / "d", [doc("a"), doc("b")], [query("q1"), query("q2")],
+                      {"train": [], "test": [("q1", "a", 1), ("q2", "b", 1)]})
+    C = np.eye(2, dtype=np.float32)
+    write_embeddings(tmp_path / "c" / "d" / "enc", C, ["a", "b"], C, ["q1", "q2"], {"normalised": True})
+    with pytest.raises(ValueError, match=r"qrels/(train|test)\.tsv: split 'train' has no usable relevance judgements"):
+        load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1)

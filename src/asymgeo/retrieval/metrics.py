@@ -128,6 +128,10 @@ class EvalResult:
     n_missing: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # the means and counts, never the per-query arrays
+        means = ", ".join(f"{m}={v:.4f}" for m, v in self.mean.items())
+        return f"EvalResult({len(self.query_ids)} queries: {means})"
+
     def by_query(self, metric: str) -> dict[str, float]:
         """``{qid: value}`` for one metric (input for :func:`asymgeo.retrieval.compare.paired_comparison`)."""
         return {q: float(v) for q, v in zip(self.query_ids, self.per_query[metric])}
