@@ -460,7 +460,9 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
         print(f"CARS: score {s.score:+.4g} +/- {s.standard_error:.2g} -> {s.choice} ({why})")
     print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
           f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
-    print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10)")
+    print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "
+          f"{m['n_test']} test queries; the checkpoint was chosen on {m['n_selection']} {m['selection']} "
+          "validation queries)")
     rows = [("frozen", m["frozen"]), (f"closed-form (c = {m['closed_form']['c']:g})", m["closed_form"]),
             (f"trained {ad.geometry_}", m["trained"])]
     for name, r in rows:

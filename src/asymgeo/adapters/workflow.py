@@ -265,7 +265,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     metrics: dict[str, Any] = {
         "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus),
                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus)},
-        "closed_form": {"validation_ndcg@10": _num(base.validation_ndcg_),
+        "closed_form": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, base.operator_),
+                        "selection_ndcg@10": _num(base.validation_ndcg_),
                         "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, base.operator_),
                         "c": _num(base.init_scale_)},
         "trained": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, ad.operator_),
