@@ -221,7 +221,7 @@ def test_cars_empty_input():
     (dict(rank=1, n_splits=2.5), ValueError, "n_splits: expected a positive integer"),
     (dict(rank=1, seed=None), TypeError, "seed: expected an int seed or numpy.random.Generator"),
     (dict(rank=1, seed=-3), ValueError, "seed: expected a non-negative int"),
-    (dict(rank=1, selector_dim=0), ValueError, "selector_dim: expected 1 <= selector_dim"),
+    (dict(rank=1, selector_dim=0), ValueError, "selector_dim: expected a positive integer"),
     (dict(rank=1, splits=[]), ValueError, "splits: expected at least one"),
     (dict(rank=1, splits=[([0, 1], [1, 2])]), ValueError, r"splits\[0\]: I1 and I2 must be disjoint"),
     (dict(rank=1, splits=[([0, 10], [1, 2])]), ValueError, r"splits\[0\]\.I1: indices must lie in \[0, 10\)"),

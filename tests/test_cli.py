@@ -120,7 +120,7 @@ def test_demo_subprocess_json():
         (["demo", "--n", "2"], "n"),
         (["demo", "--n", "16", "--angle", "nan"], "angle"),
         (["demo", "--n", "16", "--angle", "inf"], "angle"),
-        (["demo", "--n", "16", "--n-test", "0"], "n_queries"),
+        (["demo", "--n", "16", "--n-test", "0"], "n_test: expected an integer >= 2"),
         (["demo", "--n", "16", "--seed", "-1"], "seed"),
     ],
 )
@@ -475,3 +475,23 @@ def test_garbage_lines_in_runs_jsonl_are_named(tmp_path, caplog):
     msgs = [r.getMessage() for r in caplog.records]
     assert any("runs.jsonl:2: not a JSON record" in m for m in msgs)
     assert any("runs.jsonl:3: a JSON list, not a run record" in m for m in msgs)
+
+
+def test_select_and_fit_on_header_only_train_qrels_name_the_file(capsys, tmp_path):
+    import shutil
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[1] / ".." / "shared"
+    root = tmp_path / "data" / "scifact"
+    (root / "qrels").mkdir(parents=True)
+    for f in ("corpus.jsonl", "queries.jsonl"):
+        os.symlink(shared / "data" / "scifact" / f, root / f)
+    shutil.copy(shared / "data" / "scifact" / "qrels" / "test.tsv", root / "qrels" / "test.tsv")
+    (root / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    args = ["--data-dir", str(tmp_path / "data"), "--cache-dir", str(shared / "embeddings")]
+    code, _, err = _run(capsys, ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", *args])
+    assert code == 2 and "qrels/train.tsv: split 'train' has no usable relevance judgements" in err
+    assert "X: expected" not in err
+    code, _, err = _run(capsys, ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual",
+                                 "--rank", "4", "--out", str(tmp_path / "ad"), *args])
+    assert code == 2 and "qrels/train.tsv: split 'train' has no usable relevance judgements" in err

@@ -180,7 +180,8 @@ def _run_select(args) -> int:
         args.folds = 5
     if args.validate and args.folds < 2:
         raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
-    tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir)
+    tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir,
+                      require=True)
     if args.validate:
         n_queries = len(set(tr.query_ids))
         if n_queries // args.folds < _MIN_FOLD_QUERIES:

@@ -119,3 +119,25 @@ def test_interrupted_export_keeps_the_old_model_at_out(tmp_path, monkeypatch):
     assert len(calls) == 3  # aside, (interrupted) in, back
     assert {f: (out / f).read_bytes() for f in files} == files
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"], "no hidden folder left behind"
+
+
+@pytest.mark.slow
+def test_export_holds_one_copy_of_the_base_weights(tmp_path, base_embeddings):
+    """Both routes share the base encoder: the folder's weights are about the base model's size,
+    it loads with a plain SentenceTransformer(path), and the routes still differ where they should."""
+    from pathlib import Path
+
+    from sentence_transformers import SentenceTransformer
+
+    rng = np.random.default_rng(1)
+    ad = Adapter.from_maps(rng.normal(0, 0.2, size=(4, 384)), rng.normal(0, 0.2, size=(4, 384)), form="projection")
+    out = export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "model")
+    weights = sorted(out.rglob("*.safetensors"))
+    base = sum(f.stat().st_size for f in Path(get_encoder("all-MiniLM-L6-v2").model_path()).rglob("*.safetensors"))
+    total = sum(f.stat().st_size for f in weights)
+    assert sum("Transformer" in str(f) for f in weights) == 1, weights
+    assert total < 1.05 * base, (total, base)
+    model = SentenceTransformer(str(out), device="cpu")
+    X, Y = base_embeddings
+    np.testing.assert_allclose(model.encode_query(QUERIES) @ model.encode_document(DOCS).T, ad.similarity(X, Y),
+                               atol=1e-5)

@@ -17,7 +17,6 @@ is the dot product.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from pathlib import Path
@@ -197,13 +196,15 @@ def export_sentence_transformers(
     if dim is not None and int(dim) != adapter.n_features_in_:
         raise ValueError(f"base: {spec.name} embeds in {dim} dimensions, but the adapter has dimension "
                          f"{adapter.n_features_in_}")
+    # One copy of the base encoder serves both routes: Router.save writes a module object once
+    # (keyed by identity) and Router.load gives both routes the same module back.
     base_modules = list(model.children())
     if adapter.form == "augmented":
         query_modules = base_modules + [_dense(Dense, adapter.operator_.T)]
-        doc_modules = [copy.deepcopy(m) for m in base_modules]
+        doc_modules = list(base_modules)
     else:
         query_modules = base_modules + [_dense(Dense, adapter.query_map_)]
-        doc_modules = [copy.deepcopy(m) for m in base_modules] + [_dense(Dense, adapter.doc_map_)]
+        doc_modules = list(base_modules) + [_dense(Dense, adapter.doc_map_)]
     router = Router.for_query_document(query_modules=query_modules, document_modules=doc_modules)
     prompts = {"query": spec.query_prefix, "document": spec.document_prefix}
     exported = SentenceTransformer(modules=[router], device=device, prompts=prompts, similarity_fn_name="dot")

@@ -58,7 +58,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
-    tr = load_triples(ds, encoder, "train", cache=emb, k=k)
+    tr = load_triples(ds, encoder, "train", cache=emb, k=k, require=True)
     split = adaptation_split(ds)
     qrels = ds.all_qrels()
     corpus = np.asarray(emb.corpus, dtype=np.float32)

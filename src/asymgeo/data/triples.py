@@ -341,6 +341,7 @@ def load_triples(
     ignore_identical_ids: bool | None = None,
     cache: EmbeddingCache | None = None,
     triples_cache: bool | str | os.PathLike = True,
+    require: bool = False,
 ) -> Triples:
     """Relevance triples of one split from the frozen embedding cache.
 
@@ -359,6 +360,8 @@ def load_triples(
     triples_cache : where mined hard negatives are cached (module docstring): True (default)
         beside the embeddings, or in ``$ASYMGEO_TRIPLES_DIR`` (``~/.cache/asymgeo/triples``)
         when that folder is read-only; a folder; or False (always mine by exact search).
+    require : raise ``ValueError`` naming the qrels file when the split yields no triple
+        (an empty or header-only qrels file), instead of returning empty triples.
 
     Returns
     -------
@@ -409,7 +412,7 @@ def load_triples(
         kept.append(q)
         pos_ids.append(pos)
         excludes.append(ex)
-    if not kept:
+    if not kept and require:
         source = {"train": "train.tsv", "validation": "train.tsv"}.get(split_name, f"{split_name}.tsv")
         if split_name in ADAPTATION_SPLITS and "train" not in ds.splits:
             source = "test.tsv"
