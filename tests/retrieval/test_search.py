@@ -490,3 +490,18 @@ def test_adapter_index_of_either_form_scores_as_the_adapter(form, shared):
 def test_adapter_index_refuses_maps_of_unknown_form():
     with pytest.raises(ValueError, match="form: expected 'projection'.*must be given"):
         AdapterIndex(np.ones((5, 4)), np.ones((2, 4)))
+
+
+def test_search_trec_order_widens_past_a_tie_group_larger_than_its_margin():
+    """40 identical documents (more than the 16-row margin) tie at the cut: trec_eval keeps the
+    largest ids; the search must widen until the whole group is seen."""
+    from asymgeo.retrieval.search import TIE_MARGIN, search_trec_order
+
+    n_tied = 40
+    assert n_tied > TIE_MARGIN + 10
+    corpus = np.vstack([np.tile([1.0, 0.0], (n_tied, 1)), [[0.0, 1.0]] * 5]).astype(np.float32)
+    ids = [f"d{i:03d}" for i in range(corpus.shape[0])]
+    got = search_trec_order(np.array([[1.0, 0.0]], dtype=np.float32), corpus, 10, ids)
+    want = sorted(range(n_tied), key=lambda i: ids[i], reverse=True)[:10]  # trec_eval: id descending
+    assert got.indices[0].tolist() == want and got.indices.shape == (1, 10)
+    np.testing.assert_array_equal(got.scores, np.ones((1, 10), np.float32))

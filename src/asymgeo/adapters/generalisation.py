@@ -103,10 +103,14 @@ def _cell(values: dict[str, float], frozen: dict[str, float] | None, subset: Seq
     return out
 
 
-def _search(Q: np.ndarray, corpus: np.ndarray, depth: int, operator: Any):
-    from ..retrieval.search import exact_search
+def _search(Q: np.ndarray, corpus: np.ndarray, depth: int, operator: Any, corpus_ids: Sequence[str] | None = None):
+    """Exact top-``depth``; exact ties in trec_eval's order when ``corpus_ids`` are given (as ``evaluate``)."""
+    from ..retrieval.search import exact_search, search_trec_order
 
-    return exact_search(Q, corpus, min(depth, corpus.shape[0]), operator=operator, progress=None)
+    depth = min(depth, corpus.shape[0])
+    if corpus_ids is not None:
+        return search_trec_order(Q, corpus, depth, corpus_ids, operator=operator)
+    return exact_search(Q, corpus, depth, operator=operator, progress=None)
 
 
 def _prior_rankings(Q: np.ndarray, corpus: np.ndarray, seen_rows: np.ndarray, is_seen: np.ndarray,
@@ -171,11 +175,11 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
         unseen_rel = _per_query(idx_u, kept, q_u, corpus_ids, k) if kept else {}
         return full, unseen_rel
 
-    rankings: dict[str, np.ndarray] = {"frozen": _search(data.T, data.corpus, depth, None).indices}
+    rankings: dict[str, np.ndarray] = {"frozen": _search(data.T, data.corpus, depth, None, corpus_ids).indices}
     prior_name = f"doc prior (beta={beta:g})"
     rankings[prior_name] = _prior_rankings(data.T, data.corpus, seen_rows, is_seen, depth, [beta])[beta]
     for name, M in operators.items():
-        rankings[name] = _search(data.T, data.corpus, depth, M).indices
+        rankings[name] = _search(data.T, data.corpus, depth, M, corpus_ids).indices
     per = {name: subsets_of(idx) for name, idx in rankings.items()}
     frozen_full, frozen_u = per["frozen"]
     groups = {"all": test_ids, "seen": split.seen, "unseen": split.unseen}

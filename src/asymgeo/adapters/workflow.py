@@ -80,20 +80,17 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
 def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> dict[str, float]:
     """Paired NDCG@10 difference (operator minus frozen) on every validation query, with a 95% interval."""
     from ..retrieval.compare import paired_comparison
-    from ..retrieval.metrics import evaluate_indices
-    from ..retrieval.search import exact_search
 
-    k = min(10, d.corpus.shape[0])
-    a = evaluate_indices(exact_search(d.V, d.corpus, k, operator=operator, progress=None).indices, d.validation,
-                         ["ndcg@10"]).per_query["ndcg@10"]
-    b = evaluate_indices(exact_search(d.V, d.corpus, k, progress=None).indices, d.validation,
-                         ["ndcg@10"]).per_query["ndcg@10"]
+    ids = d.corpus_ids or None
+    a = _per_query_ndcg(d.V, d.validation, d.corpus, operator, ids)
+    b = _per_query_ndcg(d.V, d.validation, d.corpus, None, ids)
     cmp = paired_comparison(a, b, n_boot=n_boot, seed=seed)
     return {"n": int(cmp.n), "diff": cmp.mean_diff, "ci_low": cmp.ci_low, "ci_high": cmp.ci_high}
 
 
 def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator: np.ndarray,
-                  dual_operator: np.ndarray, cars: Any, *, seed: int = 0) -> dict[str, Any]:
+                  dual_operator: np.ndarray, cars: Any, *, seed: int = 0,
+                  corpus_ids: Sequence[str] | None = None) -> dict[str, Any]:
     """``geometry="auto"``: the family with the higher validation NDCG@10, CARS breaking ties.
 
     Both families are scored on the same validation queries (those that selected their
@@ -103,12 +100,7 @@ def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator
     clear sign either (its score within one of its standard errors of 0: rule
     ``"tie: shared"``).  CARS ranks operator risk, not retrieval, so it only breaks ties.
     """
-    from ..retrieval.metrics import evaluate_indices
-    from ..retrieval.search import exact_search
-
-    k = min(10, corpus.shape[0])
-    per = {name: evaluate_indices(exact_search(V, corpus, k, operator=M, progress=None).indices, table,
-                                  ["ndcg@10"]).per_query["ndcg@10"]
+    per = {name: _per_query_ndcg(V, table, corpus, M, corpus_ids)
            for name, M in (("shared", shared_operator), ("dual", dual_operator))}
     d = per["dual"] - per["shared"]
     diff = float(d.mean())
@@ -155,13 +147,28 @@ def document_disjoint_validation(d: AdaptationData, train_query_ids: Sequence[st
     return d.V[rows], table, ""
 
 
-def ndcg_at_10(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: np.ndarray | None = None) -> float:
-    """Mean NDCG@10 (Appendix F, binary) by exact full-corpus search, optionally through ``operator``."""
-    from ..retrieval.metrics import evaluate_indices
-    from ..retrieval.search import exact_search
+def ndcg_at_10(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: np.ndarray | None = None, *,
+               corpus_ids: Sequence[str] | None = None) -> float:
+    """Mean NDCG@10 (Appendix F, binary) by exact full-corpus search, optionally through ``operator``.
 
-    res = exact_search(queries, corpus, min(10, corpus.shape[0]), operator=operator)
-    return float(evaluate_indices(res.indices, table, ["ndcg@10"]).mean["ndcg@10"])
+    With ``corpus_ids`` exact score ties are ordered as trec_eval orders them
+    (:func:`~asymgeo.retrieval.search.search_trec_order`), as ``asymgeo evaluate`` does, so
+    ``fit`` and ``evaluate`` print the same figure; without, by lower corpus row.
+    """
+    return float(np.mean(_per_query_ndcg(queries, table, corpus, operator, corpus_ids)))
+
+
+def _per_query_ndcg(queries: np.ndarray, table: Any, corpus: np.ndarray, operator: Any,
+                    corpus_ids: Sequence[str] | None) -> np.ndarray:
+    from ..retrieval.metrics import evaluate_indices
+    from ..retrieval.search import exact_search, search_trec_order
+
+    k = min(10, corpus.shape[0])
+    if corpus_ids is not None:
+        idx = search_trec_order(queries, corpus, k, corpus_ids, operator=operator).indices
+    else:
+        idx = exact_search(queries, corpus, k, operator=operator, progress=None).indices
+    return evaluate_indices(idx, table, ["ndcg@10"]).per_query["ndcg@10"]
 
 
 @dataclass
@@ -254,7 +261,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         fitted = {fam: train(fam) for fam in ("shared", "dual")}
         cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, seed=seed)
         auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
-                             seed=seed)
+                             seed=seed, corpus_ids=d.corpus_ids or None)
         ad = fitted[auto["choice"]]
         ad.selection_ = cars
     else:
@@ -262,15 +269,16 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=ad.geometry_, rank=rank,
                                hard_negative_rows=tr.hard_negative_rows, validation_queries=V,
                                validation_relevance=vtable, device=device)
+    cids = d.corpus_ids or None
     metrics: dict[str, Any] = {
-        "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus),
-                   "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus)},
-        "closed_form": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, base.operator_),
+        "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, corpus_ids=cids),
+                   "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, corpus_ids=cids)},
+        "closed_form": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, base.operator_, corpus_ids=cids),
                         "selection_ndcg@10": _num(base.validation_ndcg_),
-                        "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, base.operator_),
+                        "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, base.operator_, corpus_ids=cids),
                         "c": _num(base.init_scale_)},
-        "trained": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, ad.operator_),
-                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, ad.operator_),
+        "trained": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, ad.operator_, corpus_ids=cids),
+                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, ad.operator_, corpus_ids=cids),
                     "learning_rate": ad.learning_rate_, "best_epoch": ad.best_epoch_},
         "n_train": len(tr), "n_validation": len(d.validation), "n_test": len(d.test),
         "geometry": ad.geometry_, "form": form, "rank": rank, "seed": seed,

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..retrieval.metrics import EvalResult, RelevanceTable, evaluate_indices, order_ties_by_id, parse_metric
-from ..retrieval.search import SearchResult, exact_search
+from ..retrieval.metrics import EvalResult, RelevanceTable, evaluate_indices, parse_metric
+from ..retrieval.search import exact_search, search_trec_order
 from .beir import BeirDataset, load_beir, warn_faults
 from .cache import load_embeddings
 from .encoders import EncoderSpec, get_encoder
@@ -29,7 +29,6 @@ logger = logging.getLogger(__name__)
 #: ``"trec_eval"``: exact score ties by document id descending (trec_eval, pytrec_eval, MTEB);
 #: ``"index"``: by lower corpus row (the order of :func:`asymgeo.retrieval.search.exact_search`).
 TIE_ORDERS = ("trec_eval", "index")
-_TIE_MARGIN = 16  # extra depth searched so a tie group at the cut is seen whole
 
 
 def default_metrics(k: int = 10) -> list[str]:
@@ -38,17 +37,6 @@ def default_metrics(k: int = 10) -> list[str]:
     if k != 100:
         out.insert(3, "recall@100")
     return out
-
-
-def _search_resolving_ties(Q: np.ndarray, corpus: Any, depth: int, *, operator: Any, backend: str) -> SearchResult:
-    """Top-``K`` with ``K > depth`` large enough that the group tying with rank ``depth`` ends inside it."""
-    n_docs = int(corpus.shape[0])
-    K = min(n_docs, depth + _TIE_MARGIN)
-    while True:
-        res = exact_search(Q, corpus, K, operator=operator, backend=backend, progress=None)
-        if K >= n_docs or not np.any(res.scores[:, depth - 1] == res.scores[:, K - 1]):
-            return res
-        K = min(n_docs, 2 * K)
 
 
 def evaluate_frozen(
@@ -120,8 +108,8 @@ def evaluate_frozen(
     q_rows = emb.query_rows(table.query_ids)
     Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
     if ties == "trec_eval":
-        res = _search_resolving_ties(Q, emb.corpus, depth, operator=operator, backend=backend)
-        indices = order_ties_by_id(res.scores, res.indices, emb.corpus_ids)[:, :depth]
+        res = search_trec_order(Q, emb.corpus, depth, emb.corpus_ids, operator=operator, backend=backend)
+        indices = res.indices
     else:
         res = exact_search(Q, emb.corpus, depth, operator=operator, backend=backend, progress=None)
         indices = res.indices

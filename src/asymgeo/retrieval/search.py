@@ -64,6 +64,7 @@ __all__ = [
     "SearchResult",
     "ExactIndex",
     "exact_search",
+    "search_trec_order",
     "transform_index",
     "AdapterIndex",
     "available_backends",
@@ -880,3 +881,31 @@ class AdapterIndex:
         Keyword arguments go to :func:`exact_search`.
         """
         return exact_search(self.transform_queries(queries), self.documents, k, **kwargs)
+
+
+#: extra depth :func:`search_trec_order` first searches beyond ``k`` (doubled until the tie group at the cut ends)
+TIE_MARGIN = 16
+
+
+def search_trec_order(queries: Any, corpus: Any, k: int, corpus_ids: Sequence[str], *, operator: Any = None,
+                      backend: str = "auto") -> SearchResult:
+    """Exact top-``k`` with exactly equal scores ordered as trec_eval orders them (document id descending).
+
+    :func:`exact_search` breaks ties by lower corpus row; trec_eval (and pytrec_eval, MTEB) by
+    document id, so a tie group cut at rank ``k`` keeps different documents.  This searches
+    ``k + TIE_MARGIN`` deep, doubles the depth until the group tying with rank ``k`` ends
+    inside it, reorders each row with :func:`asymgeo.retrieval.metrics.order_ties_by_id` and
+    cuts at ``k``: every figure asymgeo prints uses this one order.
+    """
+    from .metrics import order_ties_by_id
+
+    n_docs = int(corpus.shape[0])
+    k = min(int(k), n_docs)
+    depth = min(n_docs, k + TIE_MARGIN)
+    while True:
+        res = exact_search(queries, corpus, depth, operator=operator, backend=backend, progress=None)
+        if depth >= n_docs or not np.any(res.scores[:, k - 1] == res.scores[:, depth - 1]):
+            break
+        depth = min(n_docs, 2 * depth)
+    indices = order_ties_by_id(res.scores, res.indices, corpus_ids)[:, :k]
+    return SearchResult(res.scores[:, :k], np.ascontiguousarray(indices), res.backend)
