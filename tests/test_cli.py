@@ -495,3 +495,22 @@ def test_select_and_fit_on_header_only_train_qrels_name_the_file(capsys, tmp_pat
     code, _, err = _run(capsys, ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual",
                                  "--rank", "4", "--out", str(tmp_path / "ad"), *args])
     assert code == 2 and "qrels/train.tsv: split 'train' has no usable relevance judgements" in err
+
+
+def test_validation_rows_merge_full_pool_sizes_one_apart():
+    from asymgeo.cli import _merge_full_pool_sizes
+
+    rows = [{"size": 512, "cells": 5, "cars_dual": 1, "heldout_dual": 2, "accuracy": 0.8,
+             "regret": {"cars": 0.1, "shared": 0.2, "dual": 0.3}},
+            {"size": 518, "cells": 3, "cars_dual": 1, "heldout_dual": 1, "accuracy": 1.0,
+             "regret": {"cars": 0.0, "shared": 0.4, "dual": 0.0}},
+            {"size": 517, "cells": 2, "cars_dual": 0, "heldout_dual": 1, "accuracy": 0.5,
+             "regret": {"cars": 0.5, "shared": 0.1, "dual": 0.2}}]
+    out = _merge_full_pool_sizes(rows)
+    assert [r["label"] for r in out] == ["512", "517-518"]
+    m = out[1]
+    assert (m["cells"], m["cars_dual"], m["heldout_dual"]) == (5, 1, 2)
+    assert m["accuracy"] == pytest.approx((0.5 * 2 + 1.0 * 3) / 5)
+    assert m["regret"] == pytest.approx({"cars": (0.5 * 2 + 0.0) / 5, "shared": (0.1 * 2 + 0.4 * 3) / 5,
+                                         "dual": (0.2 * 2) / 5})
+    assert out[0]["regret"] == rows[0]["regret"] and rows[1]["cells"] == 3, "inputs untouched"

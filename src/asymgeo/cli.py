@@ -218,7 +218,7 @@ def _select_validation(args, tr) -> dict:
 
     t0 = time.perf_counter()
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
-                           selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids)
+                           selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids, progress=None)
     return {**v.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -231,12 +231,31 @@ def _print_validation(v: dict) -> None:
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
           f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else ""))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
-    print(f"  {'size':>6}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
+    print(f"  {'size':>9}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
           f"{'shared':>9}  {'dual':>9}")
-    for s in v["per_size"]:
+    for s in _merge_full_pool_sizes(v["per_size"]):
         r = s["regret"]
-        print(f"  {s['size']:>6}  {s['cars_dual']:>6}/{s['cells']:<3}  {s['heldout_dual']:>9}/{s['cells']:<3}  "
+        print(f"  {s['label']:>9}  {s['cars_dual']:>6}/{s['cells']:<3}  {s['heldout_dual']:>9}/{s['cells']:<3}  "
               f"{100 * s['accuracy']:>7.0f}%  {r['cars']:>11.4g}  {r['shared']:>9.4g}  {r['dual']:>9.4g}")
+
+
+def _merge_full_pool_sizes(per_size: list[dict]) -> list[dict]:
+    """One row for sizes one apart (the full training pool of folds of unequal size: 517 and 518),
+    counts summed and means weighted by cells; other rows as they are, labelled by their size."""
+    rows: list[dict] = []
+    for s in sorted(per_size, key=lambda s: s["size"]):
+        last = rows[-1] if rows else None
+        if last is not None and s["size"] - last["hi"] <= 1:
+            n0, n1 = last["cells"], s["cells"]
+            last["regret"] = {k: (last["regret"][k] * n0 + s["regret"][k] * n1) / (n0 + n1)
+                              for k in last["regret"] if k in s["regret"]}
+            last["accuracy"] = (last["accuracy"] * n0 + s["accuracy"] * n1) / (n0 + n1)
+            last.update(cells=n0 + n1, cars_dual=last["cars_dual"] + s["cars_dual"],
+                        heldout_dual=last["heldout_dual"] + s["heldout_dual"], hi=s["size"],
+                        label=f"{last['lo']}-{s['size']}")
+        else:
+            rows.append({**s, "regret": dict(s["regret"]), "lo": s["size"], "hi": s["size"], "label": str(s["size"])})
+    return rows
 
 
 # --------------------------------------------------------------------------- reproduce

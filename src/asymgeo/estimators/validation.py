@@ -329,6 +329,7 @@ def validate_selection(
     centred: bool = False,
     sure: bool = True,
     n_jobs: int | None = None,
+    progress: bool | None = False,
 ) -> SelectionValidation:
     r"""Five-fold held-out check of the CARS geometry decision at one rank (Table 1 protocol).
 
@@ -355,6 +356,7 @@ def validate_selection(
         geometries.
     sure : also evaluate the SURE rule.
     n_jobs : CARS threads (see :func:`asymgeo.cars_score`).
+    progress : a tqdm bar over the folds (cells done, elapsed); ``None``: only on a terminal.
     """
     X = as_float_matrix(X, "X")
     Yp = as_float_matrix(Y_pos, "Y_pos")
@@ -384,6 +386,10 @@ def validate_selection(
     fold_ids = query_folds(ids, folds, FOLD_SEED)
     projection = fixed_projection(p, selector_dim, seed)
     cells: list[dict[str, Any]] = []
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=int(folds), desc=f"validate rank {rank}", unit="fold", disable=False if progress else
+               (None if progress is None else True), leave=False)
     for f in range(folds):
         pool, held = fold_split(fold_ids, f)
         nested = nested_subsets(pool, sizes, seed=fold_seed(f))
@@ -397,6 +403,9 @@ def validate_selection(
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
         cells += fold_cells(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
                             projection=projection, sure=sure, n_jobs=n_jobs)
+        bar.update(1)
+        bar.set_postfix(cells=len(cells))
+    bar.close()
     s = summarise_cells(cells)
     return SelectionValidation(
         cars_accuracy=s["cars_accuracy"],
