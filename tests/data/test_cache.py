@@ -388,3 +388,31 @@ def test_arrays_narrower_than_meta_dimension_are_named(tmp_path):
 def test_missing_dataset_suggests_the_command_line_way(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"asymgeo embed NAME --download"):
         load_beir("nowhere", data_dir=tmp_path)
+
+
+def test_embed_progress_moves_per_batch(seven, tmp_path, monkeypatch):
+    """With a progress bar the chunk is encoded batch by batch and the bar moves per batch; the
+    cache holds the same vectors."""
+    import tqdm.auto
+
+    updates = []
+
+    class Bar:
+        def __init__(self, *a, **k):
+            pass
+
+        def update(self, n):
+            updates.append(n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    enc = FakeEncoder()
+    enc.batch_size = 2
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=enc, chunk_size=3, progress=True)
+    Qe, Ce = _expected(seven)
+    np.testing.assert_array_equal(emb.corpus, Ce)
+    np.testing.assert_array_equal(emb.queries, Qe)
+    assert max(len(c) for c in enc.calls) == 2 and sum(updates) == 7 + 5
+    assert updates == [len(c) for c in enc.calls]

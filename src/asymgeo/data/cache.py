@@ -622,6 +622,22 @@ def _prepare_build_dir(plan: _EncodePlan) -> None:
         _atomic_write_bytes(mf, json.dumps(plan.manifest(), indent=2).encode("utf-8"))
 
 
+def _encode_batches(encoder_obj: Any, chunk: list[str], bar: Any) -> np.ndarray:
+    """Encode one chunk batch by batch (the encoder's ``batch_size``), moving the bar per batch."""
+    size = int(getattr(encoder_obj, "batch_size", 0) or len(chunk)) or 1
+    if bar is None or size >= len(chunk):
+        E = np.asarray(encoder_obj.encode(chunk))
+        if bar is not None:
+            bar.update(len(chunk))
+        return E
+    parts = []
+    for j in range(0, len(chunk), size):
+        parts.append(np.asarray(encoder_obj.encode(chunk[j:j + size])))
+        bar.update(len(chunk[j:j + size]))
+    bad = next((p for p in parts if p.ndim != 2), None)
+    return bad if bad is not None else np.concatenate(parts, axis=0)  # a bad shape is reported by the caller
+
+
 def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[str, float]:
     """Step 4: encode every missing chunk into a part file; return seconds per kind."""
     spec = plan.spec
@@ -644,7 +660,7 @@ def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[
             for i, chunk in enumerate(_chunks(plan.texts(kind), plan.chunk_size)):
                 if plan.part_ok(kind, i, n):
                     continue
-                E = np.asarray(encoder_obj.encode(chunk))
+                E = _encode_batches(encoder_obj, chunk, bar)
                 if E.ndim != 2 or E.shape[0] != len(chunk):
                     raise ValueError(f"encoder {spec.name!r}: returned shape {E.shape} for {len(chunk)} texts")
                 if dim is not None and E.shape[1] != dim:
@@ -657,8 +673,6 @@ def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[
                 if spec.normalize:
                     E = l2_normalize(E)
                 _atomic_save_npy(plan.part_file(kind, i), E.astype(np.float16))
-                if bar is not None:
-                    bar.update(len(chunk))
             timings[kind] = round(time.perf_counter() - t0, 2)
     finally:
         if bar is not None:
