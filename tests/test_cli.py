@@ -514,3 +514,17 @@ def test_validation_rows_merge_full_pool_sizes_one_apart():
     assert m["regret"] == pytest.approx({"cars": (0.5 * 2 + 0.0) / 5, "shared": (0.1 * 2 + 0.4 * 3) / 5,
                                          "dual": (0.2 * 2) / 5})
     assert out[0]["regret"] == rows[0]["regret"] and rows[1]["cells"] == 3, "inputs untouched"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "ADAPTER", "--out", " "], "out: empty path"),
+    (["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual", "--out", ""], "out: empty path"),
+])
+def test_empty_output_paths_are_named(capsys, tmp_path, argv, message):
+    if argv[0] == "export":
+        from asymgeo.adapters import Adapter, save_adapter
+
+        argv = ["export", str(save_adapter(Adapter.from_maps(np.ones((2, 384)) * 0.01), tmp_path / "a")), *argv[2:],
+                "--base", "all-MiniLM-L6-v2"]
+    code, _, err = _run(capsys, argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -67,8 +67,6 @@ def _check_destination(dest: Path, overwrite: bool) -> None:
     from .._atomic import check_writable_parent
     from .io import CONFIG_FILE, _is_our_config
 
-    if str(dest) in ("", "."):
-        raise ValueError("out: empty path")
     for parent in [dest, *dest.parents][1:3]:
         if (parent / CONFIG_FILE).is_file() and _is_our_config(parent / CONFIG_FILE)[0]:
             raise ValueError(f"out: {dest} is inside the adapter folder {parent}; export to a folder outside it "
@@ -176,6 +174,8 @@ def export_sentence_transformers(
         The adapter's dimension differs from the base model's embedding dimension, or ``out``
         exists and is not replaceable (see ``overwrite``).
     """
+    if not str(out).strip():
+        raise ValueError("out: empty path (an unset shell variable?); name the model folder to write")
     _check_destination(Path(out), overwrite)
     from ..data.encoders import get_encoder
 

@@ -86,8 +86,8 @@ def check_output_folder(path: str | os.PathLike, what: str = "out") -> Path:
     from .._atomic import check_writable_parent
 
     dest = Path(path)
-    if str(path) == "":
-        raise ValueError(f"{what}: empty path")
+    if not str(path).strip():
+        raise ValueError(f"{what}: empty path (an unset shell variable?); name the adapter folder to write")
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"{what}: {dest} exists and is not a folder; an adapter is saved as a folder")
     if dest.is_dir():
