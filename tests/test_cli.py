@@ -528,3 +528,28 @@ def test_empty_output_paths_are_named(capsys, tmp_path, argv, message):
                 "--base", "all-MiniLM-L6-v2"]
     code, _, err = _run(capsys, argv)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_select_validate_passes_selector_dim_and_seed_through(capsys):
+    """The held-out check must use --selector-dim and --seed (a fault that drops them keeps every key)."""
+    import json as _json
+
+    from asymgeo.data import load_triples
+    from asymgeo.estimators.validation import validate_selection
+
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--validate",
+            "--folds", "2", "--selector-dim", "64", "--seed", "3", "--json", *_shared_args()]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    got = _json.loads(out)["validation"]
+    shared = _shared_args()
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared[1], cache_dir=shared[3])
+    want = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=2, n_splits=4, selector_dim=64, seed=3,
+                              query_ids=tr.query_ids)
+    default = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=2, n_splits=4, query_ids=tr.query_ids)
+    got.pop("seconds")
+    cells = got.pop("cells")
+    assert got["selector_dim"] == 64 and got["seed"] == 3
+    assert _json.loads(_json.dumps(want.as_dict(), default=float)) == got
+    assert [c["cars_score"] for c in cells] == pytest.approx([c["cars_score"] for c in want.cells], rel=1e-12)
+    assert [c["cars_score"] for c in cells] != pytest.approx([c["cars_score"] for c in default.cells], rel=1e-3)

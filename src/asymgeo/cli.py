@@ -219,7 +219,9 @@ def _select_validation(args, tr) -> dict:
     t0 = time.perf_counter()
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
                            selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids, progress=None)
-    return {**v.as_dict(), "seconds": round(time.perf_counter() - t0, 2)}
+    return {**v.as_dict(), "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice") if k in c}
+                                     for c in v.cells],
+            "seconds": round(time.perf_counter() - t0, 2)}
 
 
 def _print_validation(v: dict) -> None:

@@ -416,3 +416,23 @@ def test_embed_progress_moves_per_batch(seven, tmp_path, monkeypatch):
     np.testing.assert_array_equal(emb.queries, Qe)
     assert max(len(c) for c in enc.calls) == 2 and sum(updates) == 7 + 5
     assert updates == [len(c) for c in enc.calls]
+
+
+def test_stale_cache_after_a_query_text_change_is_refused(seven, tmp_path):
+    """The query texts are fingerprinted too (a fault that drops their digest passes the corpus test)."""
+    encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    (seven / "queries.jsonl").write_text((seven / "queries.jsonl").read_text().replace('"ask 3"', '"asked"'))
+    with pytest.raises(ValueError, match=r"stale cache.*quer.*--overwrite"):
+        load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize("change", [dict(query_prefix="query: "), dict(document_prefix="passage: "),
+                                    dict(max_tokens=128), dict(normalize=False)])
+def test_cache_of_other_encoder_settings_is_refused(seven, tmp_path, change):
+    import dataclasses
+
+    encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    other = dataclasses.replace(SPEC, **change)
+    with pytest.raises(ValueError, match=r"stale cache|encoder"):
+        load_embeddings(load_beir(seven), other, cache_dir=tmp_path)
+    load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)  # the settings it was built with pass
