@@ -388,3 +388,30 @@ def test_mixed_eigen_is_right_or_declines(p, r, cluster, seed):
     np.testing.assert_allclose(wt, wd[::-1][:r], atol=1e-9 * np.abs(wd).max())
     assert np.linalg.norm(S @ Qt - Qt * wt, axis=0).max() <= 1e-10 * np.linalg.norm(S)
     np.testing.assert_allclose(Qt.T @ Qt, np.eye(r), atol=1e-10)
+
+
+def _ill_conditioned(seed, sr, tail, p=60, r=6):
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    V, _ = np.linalg.qr(rng.normal(size=(p, p)))
+    s = np.r_[np.geomspace(1, sr, r), np.full(p - r, sr * tail)]
+    return (U * s) @ V.T
+
+
+@pytest.mark.parametrize("seed, sr, tail, path", [
+    (0, 1e-7, 1e-3, "singular:full"),   # s_r <= 1e-6 s_1: the Gram path declines
+    (0, 1.2e-6, 0.9, "singular:full"),  # the Gram answer fails its residual certificate
+    (0, 1e-4, 1e-3, "singular:gram"),   # well conditioned: the Gram path answers
+])
+def test_gram_svd_declines_or_is_certified_on_ill_conditioned_moments(seed, sr, tail, path):
+    """s_r / s_1 near 1e-6: squaring into C^T C loses the small triplets; the path counts show the
+    fallback ran, and every answer equals LAPACK's full SVD truncation."""
+    from asymgeo.linalg.lowrank import path_counts, reset_path_counts, top_singular
+
+    C, r = _ill_conditioned(seed, sr, tail), 6
+    reset_path_counts()
+    U, s, V = top_singular(C, r)
+    assert path_counts() == {path: 1}
+    Ur, sr_, Vr = np.linalg.svd(C)
+    np.testing.assert_allclose(s, sr_[:r], rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose((U * s) @ V.T, (Ur[:, :r] * sr_[:r]) @ Vr[:r], atol=1e-10)
