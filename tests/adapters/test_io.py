@@ -270,3 +270,27 @@ def test_edited_decision_fields_are_refused(tmp_path, rng, key, value, match):
     (out / CONFIG_FILE).write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=match):
         load_adapter(out)
+
+
+def test_non_finite_metrics_are_written_as_null(tmp_path, rng):
+    """NaN anywhere in the metrics (a float, a numpy scalar, inside an array) becomes JSON null."""
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6))), tmp_path / "ad",
+                       metrics={"a": float("nan"), "b": np.float64("inf"), "c": np.array([1.0, np.nan]),
+                                "d": {"e": [np.float32(2.0), float("-inf")]}})
+    text = (out / "metrics.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"a": None, "b": None, "c": [1.0, None], "d": {"e": [2.0, None]}}
+    assert load_adapter(out).metadata_["metrics"]["c"] == [1.0, None]
+
+
+def test_export_through_the_command_line(tmp_path, rng, capsys):
+    from asymgeo.cli import main
+
+    ad = save_adapter(Adapter.from_maps(rng.normal(0, 0.1, size=(2, 384))), tmp_path / "ad",
+                      encoder="all-MiniLM-L6-v2")
+    assert main(["export", str(ad), "--out", str(tmp_path / "model")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert (tmp_path / "model" / "modules.json").is_file() and (tmp_path / "model" / "asymgeo_export.json").is_file()
+    assert main(["export", str(ad), "--out", str(tmp_path / "model")]) == 2  # an earlier export needs --overwrite
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["export", str(ad), "--out", str(tmp_path / "model"), "--overwrite"]) == 0

@@ -357,3 +357,28 @@ def test_summaries_reject_bad_tables(tmp_path):
         rq3.report_section({}, tmp_path)
     with pytest.raises(ValueError, match="no grid cells at 45"):
         rq3.plot_grid(rq3.grid_summary(_grid_table()), tmp_path / "x.png", 45)
+
+
+def test_cell_with_the_real_adapter_selects_on_validation_never_test(base_cfg, monkeypatch, shared_dir):
+    """rq3.cell with the shipped Adapter (not the stand-in): both families choose their checkpoints
+    on the validation queries, and the test queries never reach training or selection."""
+    from asymgeo.adapters import Adapter
+    from asymgeo.adapters.workflow import load_adaptation_data
+
+    monkeypatch.setattr(rq3, "make_adapter", REAL_MAKE_ADAPTER)
+    d = load_adaptation_data("scifact", ENC, data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    seen = []
+    real_fit = Adapter.fit
+
+    def spy(self, X, *a, validation_queries=None, validation_relevance=None, **k):
+        seen.append((self.geometry, len(X), list(validation_relevance.query_ids), np.asarray(validation_queries).shape))
+        return real_fit(self, X, *a, validation_queries=validation_queries, validation_relevance=validation_relevance,
+                        **k)
+
+    monkeypatch.setattr(Adapter, "fit", spy)
+    rec = rq3.cell({**base_cfg, "rank": 4, "epochs": 1, "learning_rates": "1e-3"})
+    assert [s[0] for s in seen] == ["shared", "dual"]
+    for _, n, ids, shape in seen:
+        assert n == 64 and shape[0] == len(ids)
+        assert set(ids) <= set(d.validation.query_ids) and not set(ids) & set(d.test.query_ids)
+    assert 0.5 < rec["ndcg_shared"] < 0.9 and 0.5 < rec["ndcg_dual"] < 0.9

@@ -47,11 +47,11 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        return _jsonable(value.tolist())
     if isinstance(value, (np.floating, np.integer, np.bool_)):
-        return value.item()
+        return _jsonable(value.item())
     if isinstance(value, float) and not np.isfinite(value):
-        return None
+        return None  # JSON has no NaN: an undefined figure is written as null
     return value
 
 

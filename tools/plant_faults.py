@@ -1,0 +1,129 @@
+"""Plant one fault at a time in the code that decides results or protects data, run the tests
+meant to catch it, and report which faults the suite kills (issue #19).
+
+Usage::
+
+    python tools/plant_faults.py            # every fault; writes docs/testing.md's table
+    python tools/plant_faults.py --list     # the faults, no runs
+
+Each fault is a textual replacement in one file (``old`` -> ``new``, which must occur); the
+file is restored byte for byte afterwards (also on Ctrl-C). Not run in CI: about two minutes.
+This is a fixed, reviewed set of planted faults, not a mutation tool: it documents which of the
+faults a reviewer planted are caught, and by which test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "asymgeo"
+
+#: (description, file under src/asymgeo, old, new, pytest arguments)
+FAULTS: list[tuple[str, str, str, str, list[str]]] = [
+    ("fit selects its checkpoint on the test split", "adapters/workflow.py",
+     "validation_queries=V, validation_relevance=vtable)", "validation_queries=d.T, validation_relevance=d.test)",
+     ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
+    ("fit trains on the validation split", "adapters/workflow.py",
+     'tr = load_triples(ds, encoder, "train", cache=emb, k=k, require=True)',
+     'tr = load_triples(ds, encoder, "validation", cache=emb, k=k, require=True)',
+     ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
+    ("AdamW's learning rate divided by 1,000 (training does nothing)", "adapters/training.py",
+     "opt = torch.optim.AdamW(params, lr=lr,", "opt = torch.optim.AdamW(params, lr=lr / 1000,",
+     ["tests/adapters/test_planted_faults.py", "-k", "improves"]),
+    ("the hard-negative relevance mask removed", "adapters/training.py",
+     "H = H.masked_fill(hard_mask[idx], -math.inf)", "H = H",
+     ["tests/adapters/test_planted_faults.py", "-k", "masks_hard"]),
+    ("ValidationScorer merges corpus blocks at the wrong offset", "adapters/training.py",
+     "        i = i + d0", "        i = i",
+     ["tests/adapters/test_planted_faults.py", "-k", "small_tiles"]),
+    ("the cache fingerprint ignores query texts", "data/cache.py",
+     '            ("queries_sha256", "query texts"),', "",
+     ["tests/data/test_cache.py", "-k", "query_text_change"]),
+    ("the cache ignores changed encoder settings", "data/cache.py",
+     "                if spec.get(key) != value:", "                if False:",
+     ["tests/data/test_cache.py", "-k", "other_encoder_settings"]),
+    ("trec_eval tie resolution never widens its search", "retrieval/search.py",
+     "        depth = min(n_docs, 2 * depth)", "        break",
+     ["tests/retrieval/test_search.py", "-k", "trec_order"]),
+    ("select --validate ignores --selector-dim and --seed", "cli.py",
+     "selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids, progress=None)",
+     "selector_dim=None, seed=0, query_ids=tr.query_ids, progress=None)",
+     ["tests/test_cli.py", "-k", "passes_selector_dim"]),
+    ("the Gram-SVD path is never certified", "linalg/lowrank.py",
+     '    if np.all(resid <= tol * s[0]):\n        _count("singular:gram")', '    if True:\n        _count("singular:gram")',
+     ["tests/linalg/test_lowrank.py", "-k", "ill_conditioned"]),
+    ("a grade-0 judgement counts as a seen document", "retrieval/generalisation.py",
+     "            if g > 0:\n                out.add(str(d))", "            if g >= 0:\n                out.add(str(d))",
+     ["tests/retrieval/test_generalisation.py", "-k", "seen"]),
+    ("the document prior forgets its weight", "retrieval/generalisation.py",
+     "        scores = scores + beta * is_seen[rows]", "        scores = scores",
+     ["tests/retrieval/test_generalisation.py", "-k", "prior"]),
+    ("unseen-relevant rankings keep the seen relevant documents", "retrieval/generalisation.py",
+     "        ranked = [r for r in idx[i].tolist() if r not in drop][:k]", "        ranked = idx[i].tolist()[:k]",
+     ["tests/retrieval/test_generalisation.py", "-k", "unseen_relevant"]),
+    ("auto keeps the family that lost on validation", "adapters/workflow.py",
+     'choice, rule = ("dual" if diff > 0 else "shared"), "validation"',
+     'choice, rule = ("shared" if diff > 0 else "dual"), "validation"',
+     ["tests/adapters/test_workflow.py", "-k", "choose_family"]),
+    ("a folder replacement does not roll back", "_atomic.py",
+     "            os.replace(old, dest)  # put the previous folder back", "            pass",
+     ["tests/test_atomic.py"]),
+    ("fit --out accepts an adapter folder holding a user's file", "adapters/io.py",
+     "            if foreign:\n                shown", "            if False:\n                shown",
+     ["tests/adapters/test_io.py", "-k", "users_file"]),
+    ("a sweep cell with an edited record counts as done", "experiments/store.py",
+     "    if digest is not None and digest != _record_digest(record):", "    if False:",
+     ["tests/experiments/test_runner.py", "-k", "without_its_record"]),
+    ("evaluate --adapter scores the adapter's training queries", "adapters/workflow.py",
+     "operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen)",
+     "operator=ad.operator_, backend=backend, ties=ties, exclude_queries=None)",
+     ["tests/adapters/test_workflow.py", "-k", "test_only"]),
+    ("an edited adapter.json form is scored", "adapters/io.py",
+     "        if key in training and training[key] != value:", "        if False:",
+     ["tests/adapters/test_io.py", "-k", "edited_decision"]),
+]
+
+
+def run_one(fault: tuple[str, str, str, str, list[str]]) -> tuple[bool, float]:
+    _, rel, old, new, args = fault
+    path = SRC / rel
+    original = path.read_bytes()
+    text = original.decode()
+    if old not in text:
+        raise SystemExit(f"{rel}: the text to replace is gone; update tools/plant_faults.py ({old[:60]!r})")
+    try:
+        path.write_text(text.replace(old, new, 1))
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args],
+                             cwd=ROOT, capture_output=True, text=True)
+        return out.returncode != 0, time.perf_counter() - t0
+    finally:
+        path.write_bytes(original)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--list", action="store_true", help="print the faults and exit")
+    args = ap.parse_args(argv)
+    if args.list:
+        for d, rel, *_ in FAULTS:
+            print(f"{rel}: {d}")
+        return 0
+    rows, killed = [], 0
+    for fault in FAULTS:
+        caught, secs = run_one(fault)
+        killed += caught
+        rows.append(f"| {fault[0]} | `{fault[1]}` | {'killed' if caught else '**survived**'} | "
+                    f"`{' '.join(fault[4])}` | {secs:.1f} |")
+        print(rows[-1], flush=True)
+    print(f"\n{killed} of {len(FAULTS)} planted faults fail the tests meant to catch them.")
+    return 0 if killed == len(FAULTS) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
