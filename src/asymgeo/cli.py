@@ -395,7 +395,7 @@ def _add_fit(sub):
     _add_data_args(p)
     p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
                    help="adapter family; auto: train both, keep the better on validation NDCG@10 "
-                        "(CARS, eq. 7, breaks a tie within one standard error)")
+                        "(shared within one standard error; CARS, eq. 7, reported beside it)")
     p.add_argument("--rank", type=int, default=16, help="rank r (default 16)")
     p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
                    help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")

@@ -281,9 +281,13 @@ def test_choose_family_rules():
     r = choose_family(V, table, corpus, bad, good, _Cars("shared", -5.0, 1.0))
     assert r["choice"] == "dual" and r["rule"] == "validation"
     r = choose_family(V, table, corpus, good, good, _Cars("dual", 5.0, 1.0))
+    assert (r["choice"], r["rule"]) == ("shared", "tie: shared"), "one-SE rule: a tie goes to shared"
+    r = choose_family(V, table, corpus, good, good, _Cars("dual", 5.0, 1.0), tie_break="cars")
     assert (r["choice"], r["rule"]) == ("dual", "tie: CARS")
-    r = choose_family(V, table, corpus, good, good, _Cars("dual", 0.5, 1.0))
+    r = choose_family(V, table, corpus, good, good, _Cars("dual", 0.5, 1.0), tie_break="cars")
     assert (r["choice"], r["rule"]) == ("shared", "tie: shared")
+    with pytest.raises(ValueError, match="tie_break"):
+        choose_family(V, table, corpus, good, good, _Cars("dual", 0.5, 1.0), tie_break="coin")
 
 
 def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_dir, tmp_path, capsys):

@@ -90,16 +90,19 @@ def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n
 
 def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator: np.ndarray,
                   dual_operator: np.ndarray, cars: Any, *, seed: int = 0,
-                  corpus_ids: Sequence[str] | None = None) -> dict[str, Any]:
-    """``geometry="auto"``: the family with the higher validation NDCG@10, CARS breaking ties.
+                  corpus_ids: Sequence[str] | None = None, tie_break: str = "shared") -> dict[str, Any]:
+    """``geometry="auto"``: the family with the higher validation NDCG@10; within one standard error, shared.
 
     Both families are scored on the same validation queries (those that selected their
     checkpoints); the paired per-query difference ``dual - shared`` has mean ``diff`` and
-    standard error ``se``.  ``|diff| > se``: the better family (rule ``"validation"``);
-    otherwise CARS's decision (rule ``"tie: CARS"``), and shared when CARS has no
-    clear sign either (its score within one of its standard errors of 0: rule
-    ``"tie: shared"``).  CARS ranks operator risk, not retrieval, so it only breaks ties.
+    standard error ``se``.  ``|diff| > se``: the better family (rule ``"validation"``).
+    Otherwise it is a tie, broken by ``tie_break``: ``"shared"`` (default; the one-standard-
+    error rule: the family with fewer free directions, Corollary 1's lower-variance choice)
+    or ``"cars"`` (CARS's decision when its score is more than one of its standard errors
+    from 0, else shared).  CARS's decision, score and standard error are reported either way.
     """
+    if tie_break not in ("shared", "cars"):
+        raise ValueError(f"tie_break: expected 'shared' or 'cars', got {tie_break!r}")
     per = {name: _per_query_ndcg(V, table, corpus, M, corpus_ids)
            for name, M in (("shared", shared_operator), ("dual", dual_operator))}
     d = per["dual"] - per["shared"]
@@ -107,7 +110,7 @@ def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator
     se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
     if abs(diff) > se:
         choice, rule = ("dual" if diff > 0 else "shared"), "validation"
-    elif abs(cars.score) > cars.standard_error:
+    elif tie_break == "cars" and abs(cars.score) > cars.standard_error:
         choice, rule = cars.choice, "tie: CARS"
     else:
         choice, rule = "shared", "tie: shared"
