@@ -82,7 +82,8 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     test = rep.metrics["generalisation"]
     record: dict[str, Any] = {
         "learning_rate": rep.adapter.learning_rate_, "best_epoch": rep.adapter.best_epoch_,
-        "n_selection": rep.metrics["n_selection"], "fallback": any(w.startswith("selection:") for w in rep.metrics["warnings"]),
+        "n_selection": rep.metrics["n_selection"], "fallback": any(w.startswith("selection:")
+                                                                    for w in rep.metrics["warnings"]),
         "prior_weight": test["prior_weight"], "val_prior_weight": val.prior_weight,
         "n_seen_documents": test["seen"]["n_seen_documents"], "n_corpus": int(d.corpus.shape[0]),
     }
