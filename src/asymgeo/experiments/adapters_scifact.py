@@ -89,6 +89,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         out[f"baseline_{fam}_test"] = _test_ndcg(d, b.operator_)
         out[f"baseline_{fam}_validation"] = _num(b.validation_ndcg_)
         out[f"baseline_{fam}_c"] = _num(b.init_scale_)
+    trained: dict[str, np.ndarray] = {}
     for form in FORMS:
         for fam in FAMILIES:
             t0 = time.perf_counter()
@@ -96,11 +97,28 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
                          learning_rates=lrs, epochs=int(config["epochs"]), seed=train_seed)
             ad.fit(sub.X, sub.pos_rows, d.corpus, relevant_rows=relevant, **common)
             key = f"{fam}_{form}"
+            trained[key] = ad.operator_
             out[f"{key}_test"] = _test_ndcg(d, ad.operator_)
             out[f"{key}_validation"] = _num(ad.validation_ndcg_)
             out[f"{key}_lr"] = float(ad.learning_rate_) if ad.learning_rate_ is not None else float("nan")
             out[f"{key}_epoch"] = -1 if ad.best_epoch_ is None else int(ad.best_epoch_)
             out[f"{key}_seconds"] = time.perf_counter() - t0
+    # does the gain carry over? test queries split by whether a relevant document was one of
+    # these n training queries' positives (asymgeo.adapters.generalisation), against frozen
+    from ..adapters.generalisation import generalisation_report
+
+    gen = generalisation_report(d, ids, {f"{fam}_augmented": trained[f"{fam}_augmented"] for fam in FAMILIES},
+                                seed=s, n_boot=200)
+    for name, cells in gen.rows.items():
+        key = "prior" if name.startswith("doc prior") else name
+        for subset in ("seen", "unseen"):
+            c = cells[subset]
+            out[f"n_{subset}"] = int(c["n"])
+            if "diff" in c:
+                out[f"{key}_{subset}_diff"] = float(c["diff"])
+        if "diff" in cells["all"]:
+            out[f"{key}_all_diff"] = float(cells["all"]["diff"])
+    out["prior_weight"] = gen.prior_weight
     if n >= 4:
         cars = cars_score(sub.X, sub.Y_pos, sub.Y_neg, rank, n_splits=20, seed=train_seed, n_jobs=1)
         out["cars_choice"] = cars.choice
@@ -133,6 +151,11 @@ def summarise(df):
             row[f"gap_{form}_sd"] = float(gap.std(ddof=1)) if len(gap) > 1 else float("nan")
             row[f"dual_wins_{form}"] = int((gap > 0).sum())
         row["cars_dual"] = int((g["cars_choice"] == "dual").sum())
+        for c in [f"{fam}_augmented_{s}_diff" for fam in FAMILIES for s in ("seen", "unseen", "all")] + [
+                "prior_all_diff", "prior_seen_diff", "prior_unseen_diff", "n_seen", "n_unseen"]:
+            if c in g:
+                x = g[c].to_numpy(float)
+                row[f"{c}_mean"] = float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
         rows.append(row)
     return pd.DataFrame(rows).sort_values(["encoder", "n"]).reset_index(drop=True)
 
@@ -162,6 +185,20 @@ def format_summary(summary) -> str:
                 f"| {r['n']} | {r['gap_augmented_mean']:+.4f} ± {r['gap_augmented_sd']:.4f} | "
                 f"{r['dual_wins_augmented']}/{k} | {r['gap_projection_mean']:+.4f} ± {r['gap_projection_sd']:.4f} | "
                 f"{r['dual_wins_projection']}/{k} | {r['cars_dual']}/{k} |")
+        if "shared_augmented_unseen_diff_mean" in r and np.isfinite(r["shared_augmented_unseen_diff_mean"]):
+            lines += ["", "Does the gain carry over? Test NDCG@10 gain over frozen (mean over seeds) on the test "
+                      "queries whose relevant documents include a positive of the n training queries (seen-doc) "
+                      "and on the others (unseen-doc); the document prior is frozen + beta for those positives "
+                      "(docs/adapters.md#generalisation).", "",
+                      "| n | seen-doc / unseen-doc queries | shared aug. seen / unseen | dual aug. seen / unseen "
+                      "| doc prior seen / unseen / all |", "|---:|---|---|---|---|"]
+            for _, r2 in g.iterrows():
+                lines.append(
+                    f"| {r2['n']} | {r2['n_seen_mean']:.0f} / {r2['n_unseen_mean']:.0f} | "
+                    f"{r2['shared_augmented_seen_diff_mean']:+.3f} / {r2['shared_augmented_unseen_diff_mean']:+.3f} | "
+                    f"{r2['dual_augmented_seen_diff_mean']:+.3f} / {r2['dual_augmented_unseen_diff_mean']:+.3f} | "
+                    f"{r2['prior_seen_diff_mean']:+.3f} / {r2['prior_unseen_diff_mean']:+.3f} / "
+                    f"{r2['prior_all_diff_mean']:+.3f} |")
         lines.append("")
     return "\n".join(lines)
 
