@@ -125,5 +125,7 @@ def check_writable_parent(dest: str | os.PathLike, what: str) -> None:
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     target = probe if probe != dest else dest.parent
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"{what}: {dest}: {target} is a file, not a folder; nothing was written")
     if not os.access(target, os.W_OK | os.X_OK):
         raise PermissionError(f"{what}: {dest}: cannot write in {target} (permission denied); nothing was written")

@@ -437,6 +437,7 @@ def _run_fit(args) -> int:
         if not str(args.plot).lower().endswith(".png"):
             raise ValueError(f"--plot: {args.plot}: expected a .png file name")
         check_writable_parent(args.plot, "--plot")
+        _check_plot_folder(args.plot)
     if args.device is not None:  # a bad device is named before any data is loaded
         from .data.encoders import check_device
 
@@ -458,6 +459,20 @@ def _run_fit(args) -> int:
         return 0
     _print_fit(rep, out, args)
     return 0
+
+
+def _check_plot_folder(path: str) -> None:
+    """The folder of ``--plot`` exists (or can be made) and takes a file: found before training."""
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".asymgeo-plot-", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--plot: {path}: cannot write in {folder} ({exc.strerror or exc}); nothing was trained") from None
 
 
 def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed section by section

@@ -394,3 +394,58 @@ def test_fit_and_evaluate_print_the_same_figure_on_nfcorpus_ties(shared_dir, tmp
     res = json.loads(capsys.readouterr().out)
     assert res["mean"]["ndcg@10"] == metrics["trained"]["test_ndcg@10"]
     assert res["vs_frozen"]["ndcg@10"]["frozen"] == metrics["frozen"]["test_ndcg@10"]
+
+
+def test_plot_into_a_folder_that_cannot_be_made_is_refused_before_training(shared_dir, tmp_path, capsys,
+                                                                            monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setattr(Adapter, "fit", lambda *a, **k: pytest.fail("trained before checking --plot"))
+    rc = main(_fit_argv(shared_dir, tmp_path / "ad", "--plot", str(blocker / "sub" / "fit.png")))
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--plot: " in err and "is a file, not a folder" in err
+    assert not (tmp_path / "ad").exists() and blocker.read_text() == "x"
+
+
+def test_plot_folder_that_cannot_be_created_is_named(tmp_path, monkeypatch):
+    """A folder the OS refuses to make (as under /proc) is found before training."""
+    from pathlib import Path
+
+    from asymgeo.cli import _check_plot_folder
+
+    def refuse(self, *a, **k):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(ValueError, match=r"--plot: .*fit.png: cannot write in .*nope \(No such file or directory\); "
+                                         r"nothing was trained"):
+        _check_plot_folder(str(tmp_path / "nope" / "fit.png"))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda s: "oops", "extra.split: expected an object, got str"),
+    (lambda s: {**s, "seed": "x"}, "extra.split.seed: expected an integer, got 'x'"),
+    (lambda s: {**s, "n_train_requested": 3.5}, "extra.split.n_train_requested: expected an integer"),
+])
+def test_evaluate_names_a_damaged_split_record(fitted_dir, shared_dir, tmp_path, capsys, damage, message):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(fitted_dir, bad)
+    cfg = json.loads((bad / "adapter.json").read_text())
+    cfg["extra"]["split"] = damage(cfg["extra"]["split"])
+    (bad / "adapter.json").write_text(json.dumps(cfg))
+    rc = main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(bad), *_data_args(shared_dir)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and f"{bad / 'adapter.json'}: " in err and message in err
+
+
+def test_model_card_of_a_damaged_generalisation_record(fitted_dir, caplog):
+    from asymgeo.adapters.export import model_card
+
+    ad = load_adapter(fitted_dir)
+    ad.metadata_["metrics"]["generalisation"] = {"rows": 3}
+    with caplog.at_level("WARNING", logger="asymgeo.adapters.export"):
+        card = model_card(ad, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+    assert "could not be read (damaged or edited)" in card and "## Use" in card
+    assert any("metrics.generalisation is damaged" in r.getMessage() for r in caplog.records)

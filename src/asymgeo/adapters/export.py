@@ -126,10 +126,18 @@ def model_card(adapter: Adapter, base_name: str, base_path: str) -> str:
                      f"{metrics['trained']['test_ndcg@10']:.4f}.")
     lines.append(f"- Made by asymgeo {meta.get('asymgeo_version', '')}.")
     gen = metrics.get("generalisation")
+    table = None
     if gen:
         from .generalisation import GeneralisationReport
 
-        table = GeneralisationReport(gen["rows"], gen["prior_weight"], {}, gen["seen"], gen["focus"]).format_table()
+        try:
+            table = GeneralisationReport(gen["rows"], gen["prior_weight"], {}, gen["seen"], gen["focus"]).format_table()
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            logger.warning("adapter.json: metrics.generalisation is damaged (%s: %s); the model card leaves it out",
+                           type(exc).__name__, exc)
+            lines += ["", "## Does it help new queries?", "",
+                      "The generalisation report recorded in `adapter.json` could not be read (damaged or edited)."]
+    if gen and table is not None:
         lines += ["", "## Does it help new queries?", "", gen.get("headline", ""), "",
                   "Test NDCG@10 and its gain over the frozen base model [paired 95% interval]. *seen-doc*: test "
                   "queries with a relevant document that was a training positive; *unseen-doc*: the others; "

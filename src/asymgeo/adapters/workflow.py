@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -316,6 +317,24 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                      adapter_train_ids=list(tr.query_ids), candidates=fitted if auto is not None else {})
 
 
+def _split_record(adapter: Adapter) -> dict[str, Any]:
+    """``adapter.json``'s ``extra.split`` (as written by ``asymgeo fit``), checked; ``{}`` when absent."""
+    meta = getattr(adapter, "metadata_", None) or {}
+    extra = meta.get("extra") or {}
+    split = extra.get("split") if isinstance(extra, dict) else None
+    if split is None:
+        return {}
+    where = "adapter.json: extra.split"
+    if not isinstance(split, dict):
+        raise ValueError(f"{where}: expected an object, got {type(split).__name__} (edited or damaged); "
+                         "the queries that trained the adapter cannot be known: re-fit it")
+    for key in ("seed", "n_train_requested", "subset_seed"):
+        v = split.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"{where}.{key}: expected an integer, got {v!r} (edited or damaged); re-fit the adapter")
+    return split
+
+
 def adapter_seen_queries(adapter: Adapter, dataset: Any, *, data_dir: str | os.PathLike | None = None) -> set[str]:
     """Query ids of ``dataset`` that trained or validated ``adapter`` (its adaptation split).
 
@@ -330,7 +349,7 @@ def adapter_seen_queries(adapter: Adapter, dataset: Any, *, data_dir: str | os.P
     meta = getattr(adapter, "metadata_", None) or {}
     if meta.get("dataset") != ds.name:
         return set()
-    seed = ((meta.get("extra") or {}).get("split") or {}).get("seed", DEFAULT_SPLIT_SEED)
+    seed = _split_record(adapter).get("seed", DEFAULT_SPLIT_SEED)
     parts = adaptation_split(ds, int(seed))
     return set(parts["train"]) | set(parts["validation"])
 
@@ -349,7 +368,7 @@ def adapter_training_queries(adapter: Adapter, dataset: Any, *,
 
     ds = load_beir(dataset, data_dir=data_dir)
     meta = getattr(adapter, "metadata_", None) or {}
-    split = (meta.get("extra") or {}).get("split") or {}
+    split = _split_record(adapter)
     if meta.get("dataset") != ds.name or "train_ids_sha256" not in split:
         return None
     labels = ds.all_qrels()
@@ -398,7 +417,11 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
     check_compatible(ad, int(emb.corpus.shape[1]), encoder=emb.path.name, source=adapter_dir)
-    seen = adapter_seen_queries(ad, ds)
+    try:
+        seen = adapter_seen_queries(ad, ds)
+        train_ids = adapter_training_queries(ad, ds)
+    except ValueError as exc:  # a damaged split record: name the folder it came from
+        raise ValueError(f"{Path(adapter_dir) / str(exc)}") from None
     res = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
                           operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen)
     notes = []
@@ -415,7 +438,6 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
                              backend=backend, ties=ties, exclude_queries=seen)
     vs = _against_frozen(res, frozen)
     generalisation = None
-    train_ids = adapter_training_queries(ad, ds)
     if train_ids is None:
         notes.append("the training queries cannot be rebuilt from adapter.json: no seen / unseen-document split")
     else:

@@ -225,7 +225,13 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapp
     from .runner import read_results
 
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m asymgeo.experiments.generalisation RESULTS_DIR OUT.md", file=sys.stderr)
+        return 2
     results, out = Path(argv[0]), Path(argv[1])
+    if not (results / "cells").is_dir():
+        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
+        return 2
     table = read_results(results.parent, results.name)
     text = format_summary(summarise(table), f"python -m asymgeo.experiments.generalisation {argv[0]} {argv[1]}")
     from .._atomic import atomic_write_text
