@@ -553,3 +553,14 @@ def test_select_validate_passes_selector_dim_and_seed_through(capsys):
     assert _json.loads(_json.dumps(want.as_dict(), default=float)) == got
     assert [c["cars_score"] for c in cells] == pytest.approx([c["cars_score"] for c in want.cells], rel=1e-12)
     assert [c["cars_score"] for c in cells] != pytest.approx([c["cars_score"] for c in default.cells], rel=1e-3)
+
+
+def test_fit_command_defaults_are_the_library_defaults():
+    """The CLI keeps its own copy (it must not import numpy to build its parser): they must agree."""
+    import inspect
+
+    from asymgeo.adapters.workflow import fit_adapter
+    from asymgeo.cli import _FIT_DEFAULTS
+
+    sig = inspect.signature(fit_adapter).parameters
+    assert {k: sig[k].default for k in _FIT_DEFAULTS} == _FIT_DEFAULTS

@@ -148,3 +148,25 @@ def test_validation_scorer_merges_small_tiles_like_exact_search(augmented):
     M = (np.eye(p) if augmented else 0) + A.T.astype(np.float64) @ B
     want = np.argsort(-(Q.astype(np.float64) @ M @ C.T.astype(np.float64)), axis=1)[:, :10]
     np.testing.assert_array_equal(got, want)
+
+
+# ------------------------------------------------------------------ the anchor pulls toward the start
+def test_anchor_keeps_the_maps_near_the_closed_form_start():
+    """With the closed-form start the epoch-0 operator is the closed-form baseline (built here by
+    its own function); a strong anchor keeps training within a few percent of it, no anchor does not."""
+    from asymgeo.adapters.baseline import closed_form_adapter
+
+    P = make_problem(n=96, seed=5)
+    base = closed_form_adapter(P.X, P.pos, P.corpus, geometry="dual", rank=4, hard_negative_rows=P.hard,
+                               validation_queries=P.V, validation_relevance=P.table)
+    low_rank = np.linalg.norm(base.operator_ - np.eye(base.operator_.shape[0]))
+
+    def moved(anchor):
+        ad = Adapter(geometry="dual", rank=4, epochs=6, learning_rates=(1e-2,), batch_size=32, anchor=anchor,
+                     seed=1).fit(P.X, P.pos, P.corpus, hard_negative_rows=P.hard, relevant_rows=P.relevant,
+                                 validation_queries=P.V, validation_relevance=P.table)
+        assert ad.best_epoch_ > 0
+        return np.linalg.norm(ad.operator_ - base.operator_) / low_rank
+
+    free, held = moved(0.0), moved(1e4)
+    assert free > 0.15 and held < 0.05, (free, held)
