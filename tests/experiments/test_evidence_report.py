@@ -22,7 +22,8 @@ def test_evidence_report_on_quick_runs(tmp_path, shared_dir):
     text = md.read_text()
     assert md.name == "evidence-quick.md"
     for needle in ("## Claims", "every held-out L_s − L_d slope against log2 n is positive",
-                   "Table 1 (raw, selector projection 256): CARS selection accuracy", "RQ2 (real)",
+                   "Table 1 (raw, selector projection 256), pooled (secondary): CARS selection accuracy",
+                   "Table 1 (raw, selector projection 256), scifact / all-MiniLM-L6-v2: CARS regret", "RQ2 (real)",
                    "frozen NDCG@10 (graded, MTEB)", "## Runs and wall times", "Quick variant"):
         assert needle in text, needle
     figs = tmp_path / "docs" / "figures"
@@ -32,6 +33,7 @@ def test_evidence_report_on_quick_runs(tmp_path, shared_dir):
     assert len(cells) == 2 * 2 * 6                 # folds x ranks x nested sizes of SciFact's pool
     slopes = pd.read_csv(tmp_path / "docs" / "results" / "rq4_slopes-quick.csv")
     assert len(slopes) == 4
+    assert "1 encoder)" in text and "1 encoders" not in text and "| all | all |" not in text
     assert not (tmp_path / "docs" / "results" / "rq4_slopes.csv").exists()   # quick never overwrites full
 
 

@@ -207,8 +207,17 @@ def test_configs_follow_the_paper():
     assert len(rot.grid["seed_index"]) == 3 and rot.fixed["form"] == "augmented"
     assert grid.grid["rank"] == [4, 8, 16, 32] and grid.grid["n"] == [32, 64, 128, 256, 512, 1024, 2048]
     assert sorted(grid.grid["angle"]) == [0, 90] and rq3.parse_learning_rates(grid.fixed["learning_rates"]) == (3e-4,)
-    assert (len(rot.configs()), len(grid.configs())) == (84, 672)
+    # issue 23: the random start (F.1) is primary, the closed-form start a labelled variant
+    assert rot.grid["init"] == ["random", "closed_form"] and grid.fixed["init"] == "random"
+    assert (len(rot.configs()), len(grid.configs())) == (168, 672)
     assert rot.cell == grid.cell == "asymgeo.experiments.rq3:cell"
+    variants = Path(__file__).resolve().parents[2] / "experiments"
+    cf = load_experiment("rq3_grid_closed_form", config_dir=variants)
+    planes = load_experiment("rq3_rotation_random_planes", config_dir=variants)
+    assert cf.fixed["init"] == "closed_form" and len(cf.configs()) == 672
+    assert {k: v for k, v in cf.fixed.items() if k != "init"} == {k: v for k, v in grid.fixed.items() if k != "init"}
+    assert planes.fixed["plane_directions"] == "random" and planes.grid["angle"] == [0, 45, 90]
+    assert planes.grid["init"] == ["random"] and len(planes.configs()) == 36
 
 
 @pytest.mark.slow
@@ -225,11 +234,12 @@ def test_quick_variants_run_through_the_runner_and_report(standin, shared_dir, t
     assert (grid["status"] == "beyond_pool").sum() == 2 and (grid["status"] == "ok").sum() == 6
     text, claim_rows, figs = rq3.report_section(results, tmp_path / "figs", "figs", suffix="-quick")
     assert "Figure 5" in text and "Figure 6" in text and all(f.is_file() and f.stat().st_size > 0 for f in figs)
-    assert len(figs) == 2 and any("n = 32" in r[0] for r in claim_rows)
+    assert len(figs) == 3 and any("n = 32" in r[0] for r in claim_rows)  # figure 5 per start, one figure 6
     # the report builder picks the RQ3 results up (other experiments listed as not run)
     page = build_report(tmp_path, tmp_path / "docs", quick=True).read_text()
     assert "## RQ3: query rotation with trained adapters (Figure 5)" in page
-    assert "RQ3 grid (90°): Shared wins most cells at n = 32" in page and "Not run: `asymgeo reproduce rq1 --quick`" in page
+    assert "RQ3 grid (90°), pooled: Shared wins most cells at n = 32" in page
+    assert "Not run: `asymgeo reproduce rq1 --quick`" in page
     assert (tmp_path / "docs" / "figures" / "rq3_figure6_90deg-quick.png").is_file()
     # the stand-alone results page: claims, wall times, per-cell tables, figures
     page2 = rq3.write_results_page(tmp_path, tmp_path / "docs2", names=("rq3_rotation-quick", "rq3_grid-quick"))
@@ -238,6 +248,8 @@ def test_quick_variants_run_through_the_runner_and_report(standin, shared_dir, t
     csv = (tmp_path / "docs2" / "results" / "rq3_grid-quick.csv").read_text().splitlines()
     assert len(csv) == 1 + len(results["rq3_grid"])  # header + one row per cell
     assert (tmp_path / "docs2" / "figures" / "rq3_figure5.png").stat().st_size > 0
+    assert (tmp_path / "docs2" / "figures" / "rq3_figure5_closed_form.png").stat().st_size > 0
+    assert "pq_dual" not in csv[0]  # per-query columns stay in the parquet table
 
 
 # --------------------------------------------------------------------------- summaries
@@ -261,23 +273,83 @@ def _rotation_table(slope_b=1e-4):
 def test_rotation_summary_known_means_and_intervals():
     s = rq3.rotation_summary(_rotation_table())
     assert len(s) == 12 and (s["seeds"] == 3).all()
+    assert (s["init"] == "closed_form").all()  # records without init ran with the adapter default
     r = s[(s["dataset"] == "A") & (s["encoder"] == "e2") & (s["angle"] == 90)].iloc[0]
     assert r["diff_mean"] == pytest.approx(0.001 + 0.002 + 0.018)
     assert r["diff_sd"] == pytest.approx(0.001)
     assert r["ci_high"] - r["diff_mean"] == pytest.approx(T975_2 * 0.001 / np.sqrt(3))
+    assert np.isnan(r["q_ci_low"])  # no per-query columns: no query-level interval
     m = rq3.rotation_means(s).set_index("angle")
     # pairs at 0 deg: 0.001, 0.003, 0.003, 0.005 -> mean 0.003
     assert m.loc[0, "mean"] == pytest.approx(0.003) and m.loc[0, "pairs_min"] == pytest.approx(0.001)
     assert m.loc[90, "mean"] == pytest.approx(0.003 + 90 * (2e-4 + 1e-4) / 2)
 
 
-def test_rotation_claims_hold_and_fail():
+def _query_table(effects, m=40, seeds=3, noise=0.01, seed=0):
+    """Per-query records: pair -> (gap at 0 deg, gap at 90 deg); per-query NDCG values drawn so
+    that the per-query gaps have exactly the given means."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for (ds, enc, init), (g0, g90) in effects.items():
+        base = rng.uniform(0.2, 0.8, size=m)
+        for angle, gap in ((0, g0), (90, g90)):
+            for s in range(seeds):
+                e = rng.normal(0, noise, size=m)
+                e -= e.mean()
+                shared = base + rng.normal(0, 0.02, size=m)
+                dual = shared + gap + e
+                rows.append({"study": "rotation", "dataset": ds, "encoder": enc, "init": init, "angle": angle,
+                             "seed_index": s, "ndcg_shared": shared.mean(), "ndcg_dual": dual.mean(),
+                             "ndcg_diff": dual.mean() - shared.mean(), "ndcg_frozen": 0.4, "n_used": 64,
+                             "status": "ok", "pq_shared": shared.tolist(), "pq_dual": dual.tolist()})
+    return pd.DataFrame(rows)
+
+
+def test_angle_changes_are_paired_by_seed_and_query():
+    from scipy import stats
+
+    t = _query_table({("A", "e", "random"): (0.0, 0.02), ("B", "e", "random"): (0.01, 0.01)})
+    ch = rq3.angle_changes(t).set_index("dataset")
+    assert ch.loc["A", "change"] == pytest.approx(0.02) and ch.loc["B", "change"] == pytest.approx(0.0, abs=1e-12)
+    # independent: the per-query change averaged over seeds, by scipy's one-sample t interval
+    a = t[t["dataset"] == "A"]
+    per_q = np.mean([np.subtract(r1.pq_dual, r1.pq_shared) - np.subtract(r0.pq_dual, r0.pq_shared)
+                     for r0, r1 in zip(a[a.angle == 0].sort_values("seed_index").itertuples(),
+                                       a[a.angle == 90].sort_values("seed_index").itertuples())], axis=0)
+    ci = stats.ttest_1samp(per_q, 0.0).confidence_interval(0.95)
+    assert (ch.loc["A", "ci_low"], ch.loc["A", "ci_high"]) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert ch.loc["A", "queries"] == 40 and ch.loc["A", "seeds"] == 3
+    assert ch.loc["A", "ci_low"] > 0 and ch.loc["B", "ci_low"] < 0 < ch.loc["B", "ci_high"]
+    # pooled: mean over pairs, standard errors combined as independent test sets
+    p = rq3.pooled_changes(ch.reset_index()).iloc[0]
+    se = np.hypot(ch.loc["A", "se"], ch.loc["B", "se"]) / 2
+    assert p["change"] == pytest.approx(0.01) and p["ci_high"] - p["change"] == pytest.approx(1.959964 * se)
+    assert p["pair_seeds"] == 6
+
+
+def test_rotation_claims_per_pair_and_start():
+    eff = {("A", "e", "random"): (0.0, 0.02), ("B", "e", "random"): (0.01, 0.01),
+           ("A", "e", "closed_form"): (0.03, 0.0), ("B", "e", "closed_form"): (0.03, 0.0)}
+    c = rq3.claims(_query_table(eff))
+    assert list(dict.fromkeys(c["start"])) == ["random", "closed_form"]  # primary first
+    h = {(r.claim, r.start): r.holds for r in c.itertuples()}
+    assert h[("RQ3 rotation, A / e: Dual − Shared rises from 0° to 90°", "random")] is True
+    assert h[("RQ3 rotation, B / e: Dual − Shared rises from 0° to 90°", "random")] == "inconclusive"
+    assert h[("RQ3 rotation, A / e: Dual − Shared rises from 0° to 90°", "closed_form")] is False
+    assert h[("RQ3 rotation: every dataset–encoder pair's gap increases from 0° to 90°", "random")] == "inconclusive"
+    assert h[("RQ3 rotation: every dataset–encoder pair's gap increases from 0° to 90°", "closed_form")] is False
+    assert h[("RQ3 rotation, mean over pairs: Dual − Shared rises from 0° to 90°", "random")] is True
+    assert h[("RQ3 rotation, B / e: Dual beats Shared at 90°", "random")] is True
+    assert h[("RQ3 rotation, A / e: Dual beats Shared at 90°", "closed_form")] == "inconclusive"
+    assert set(c["scope"]) == {"A / e", "B / e", "pooled"}
+
+
+def test_rotation_claims_without_per_query_columns_use_seeds():
     c = rq3.claims(_rotation_table()).set_index("claim")
-    assert c["holds"].tolist() == [True, True, True]
-    assert "2 of 2 datasets" in c["ours"].iloc[1]
-    # dataset B's gap now falls with the angle: the mean still rises, "every dataset" fails
-    c2 = rq3.claims(_rotation_table(slope_b=-0.5e-4))
-    assert c2["holds"].tolist() == [True, False, True] and "1 of 2 datasets" in c2["ours"].iloc[1]
+    row = c.loc["RQ3 rotation, A / e1: Dual − Shared rises from 0° to 90°"]
+    # seeds only: change 0.018 exactly in every seed -> zero spread, interval degenerate at +0.018
+    assert "+0.0180" in row["ours"] and "3 seeds" in row["ours"]
+    assert "4 pairs" in c.loc["RQ3 rotation, mean over pairs: Dual − Shared rises from 0° to 90°", "ours"]
 
 
 def _grid_table():
@@ -292,7 +364,7 @@ def _grid_table():
                     sign = -sign
                 for s in range(3):
                     diff = sign * (0.002 + 0.001 * s)
-                    shared = 0.70 + (0.002 if rank == 32 else 0.0)
+                    shared = 0.70 + (0.002 if rank == 32 else 0.0) + 0.0005 * s
                     cars = "dual" if (n > 32 or s == 0) else "shared"   # majority: shared at 32, dual above
                     rows.append({"study": "grid", "dataset": ds, "encoder": "e", "angle": 90, "rank": rank,
                                  "n_used": n, "seed_index": s, "ndcg_shared": shared, "ndcg_dual": shared + diff,
@@ -315,27 +387,66 @@ def test_grid_summary_winners_and_cars_counts():
     assert counts.loc["B", "seed_matches"] == 1 + 2 + 3 + 3 + 0 + 3  # (4,32) (32,32) (4,1024) (32,1024) (4,2048) (32,2048)
 
 
+def test_rank_contrasts_by_hand():
+    rc = rq3.rank_contrasts(_grid_table()).set_index("dataset")
+    # shared is exactly 0.002 higher at rank 32 in every paired cell: zero spread
+    assert rc.loc["pooled", "shared_gain"] == pytest.approx(0.002) and rc.loc["pooled", "cells"] == 18
+    assert rc.loc["A", "cells"] == 9
+    # A: diff identical at both ranks -> advantage change 0 exactly; dual gain = shared gain
+    assert rc.loc["A", "advantage_change"] == pytest.approx(0.0, abs=1e-15)
+    # B, by hand: rank-32 sign flips at n=32 (+), rank-4 flips at 2048 (-): changes per cell
+    # (n=32) +2d, (1024) 0, (2048) +2d with d = 0.002 + 0.001 s -> mean 4/3 * 0.003
+    assert rc.loc["B", "advantage_change"] == pytest.approx(4 / 3 * 0.003)
+
+
 def test_grid_claims():
     c = rq3.claims(_grid_table())
-    assert c["claim"].str.contains("n = 32").any()
-    h = dict(zip(c["claim"], c["holds"]))
-    assert h["RQ3 grid (90°): Shared wins most cells at n = 32"] is True
-    assert h["RQ3 grid (90°): Dual wins every cell at n = 1024 and 2048"] is False
-    rank_row = c[c["claim"].str.contains("rank 32")].iloc[0]
-    assert "shared 0.7000 → 0.7020" in rank_row["ours"]
+    h = {r.claim: r.holds for r in c.itertuples()}
+    assert h["RQ3 grid (90°), pooled: Shared wins most cells at n = 32"] is True
+    assert h["RQ3 grid (90°), B / e: Shared wins most cells at n = 32"] is False  # 1 of 2 is not most
+    assert h["RQ3 grid (90°), pooled: Dual wins every cell at n = 1024 and 2048"] is False
+    assert h["RQ3 grid (90°), A / e: Dual wins every cell at n = 1024 and 2048"] is True
+    assert h["RQ3 grid (90°), A / e: rank 32 above rank 4 in NDCG@10, both families"] is True
+    # B's advantage grows at rank 32 in 6 of 9 cells and never shrinks: "not enlarged" is judged
+    b = c[c["claim"] == "RQ3 grid (90°), B / e: rank 32 does not enlarge Dual's advantage over rank 4"].iloc[0]
+    assert b["holds"] in (False, "inconclusive") and "[" in b["ours"]
+    a = c[c["claim"] == "RQ3 grid (90°), A / e: rank 32 does not enlarge Dual's advantage over rank 4"].iloc[0]
+    assert a["holds"] == "inconclusive"  # exactly no change: the (degenerate) interval contains zero
     both = rq3.claims(pd.concat([_grid_table(), _rotation_table()], ignore_index=True))
-    assert len(both) == len(c) + 3
+    assert len(both) > len(c)
 
 
 def test_report_section_on_synthetic_tables(tmp_path):
     grid = _grid_table()
-    grid = pd.concat([grid, grid.assign(angle=0)], ignore_index=True)
-    text, claim_rows, figs = rq3.report_section({"rq3_rotation": _rotation_table(), "rq3_grid": grid},
-                                                tmp_path, "figures")
-    assert [f.name for f in figs] == ["rq3_figure5.png", "rq3_figure6_90deg.png", "rq3_figure6_0deg.png"]
-    assert "![Figure 5](figures/rq3_figure5.png)" in text and "| A / e | 90° | 4 | 32 |" in text
-    verdicts = [r[3] for r in claim_rows]
-    assert verdicts.count("**yes**") == 5 and verdicts.count("**no**") == 1
+    grid = pd.concat([grid, grid.assign(angle=0), grid.assign(init="random")], ignore_index=True)
+    rot = _query_table({("A", "e", "random"): (0.0, 0.02), ("A", "e", "closed_form"): (0.03, 0.0)})
+    text, claim_rows, figs = rq3.report_section({"rq3_rotation": rot, "rq3_grid": grid}, tmp_path, "figures")
+    assert [f.name for f in figs] == ["rq3_figure5.png", "rq3_figure5_closed_form.png", "rq3_figure6_90deg.png",
+                                      "rq3_figure6_90deg_closed_form.png", "rq3_figure6_0deg_closed_form.png"]
+    assert "![Figure 5, random start (Appendix F.1; primary)](figures/rq3_figure5.png)" in text
+    assert "| A / e | 90° | 4 | 32 |" in text and "### Start against start" in text
+    assert all(" — random start" in r[0] or " — closed-form start" in r[0] for r in claim_rows)
+    assert {r[3] for r in claim_rows} <= {"**yes**", "**no**", "**inconclusive**", "n/a"}
+
+
+def test_markdown_verdicts():
+    from asymgeo.experiments._markdown import interval_holds, plural, verdict
+
+    assert [interval_holds(0.1, 0.2), interval_holds(-0.2, -0.1), interval_holds(-0.1, 0.1)] == [
+        True, False, "inconclusive"]
+    assert interval_holds(float("nan"), 1.0) is None and interval_holds(0.0, 1.0) == "inconclusive"
+    assert verdict("inconclusive") == "**inconclusive**" and verdict(None) == "n/a"
+    with pytest.raises(ValueError, match="inconclusive"):
+        verdict("maybe")
+    assert (plural(1, "encoder"), plural(2, "encoder"), plural(0, "pair")) == ("1 encoder", "2 encoders", "0 pairs")
+
+
+def test_portable_command_prints_no_machine_paths(tmp_path):
+    from asymgeo.experiments.runner import portable_command
+
+    cmd = f"asymgeo reproduce x --results-dir {tmp_path}/results --config-dir=/elsewhere/cfg_a --workers 2"
+    assert portable_command(cmd, tmp_path) == "asymgeo reproduce x --results-dir results --config-dir=<outside>/cfg_a --workers 2"
+    assert portable_command("asymgeo reproduce rq1 --quick", tmp_path) == "asymgeo reproduce rq1 --quick"
 
 
 def test_summaries_reject_bad_tables(tmp_path):
@@ -353,8 +464,10 @@ def test_summaries_reject_bad_tables(tmp_path):
         rq3.cars_match_counts(rq3.grid_summary(_grid_table().drop(columns="cars_choice")))
     with pytest.raises(ValueError, match="unknown experiment"):
         rq3.report_section({"rq1": _grid_table()}, tmp_path)
-    with pytest.raises(ValueError, match="neither"):
+    with pytest.raises(ValueError, match="none of"):
         rq3.report_section({}, tmp_path)
+    with pytest.raises(ValueError, match="unknown init"):
+        rq3.rotation_summary(_rotation_table().assign(init="warm"))
     with pytest.raises(ValueError, match="no grid cells at 45"):
         rq3.plot_grid(rq3.grid_summary(_grid_table()), tmp_path / "x.png", 45)
 
@@ -382,3 +495,33 @@ def test_cell_with_the_real_adapter_selects_on_validation_never_test(base_cfg, m
         assert n == 64 and shape[0] == len(ids)
         assert set(ids) <= set(d.validation.query_ids) and not set(ids) & set(d.test.query_ids)
     assert 0.5 < rec["ndcg_shared"] < 0.9 and 0.5 < rec["ndcg_dual"] < 0.9
+
+
+def test_cell_records_per_query_ndcg_and_the_generalisation_split(runs, scifact):
+    """Per-query columns average to the cell's means; the seen / unseen split of the test queries
+    equals a brute-force one from the qrels and the cell's own training queries."""
+    rec, (sh, du) = runs["a90"]
+    ds, _emb, tr, _U, _W = scifact
+    for fam in ("shared", "dual", "frozen"):
+        assert len(rec[f"pq_{fam}"]) == 300
+        assert np.mean(rec[f"pq_{fam}"]) == pytest.approx(rec[f"ndcg_{fam}"], abs=1e-12)
+    train_ids = [tr.query_ids[i] for i in _subset(rec)]
+    labels = ds.all_qrels()
+    seen_docs = {d for q in train_ids for d, g in labels[q].items() if g > 0}
+    test = ds.qrels("test")
+    n_seen = sum(any(g > 0 and d in seen_docs for d, g in test[q].items()) for q in test)
+    assert (rec["gen_n_seen"], rec["gen_n_unseen"], rec["gen_n_all"]) == (n_seen, 300 - n_seen, 300)
+    # the report's frozen and family figures are the cell's own (exact search, same test queries)
+    for fam in ("frozen", "shared", "dual"):
+        assert rec[f"gen_{fam}_all_ndcg"] == pytest.approx(rec[f"ndcg_{fam}"], abs=2e-3)
+    assert rec["gen_dual_all_diff"] == pytest.approx(rec["ndcg_dual"] - rec["ndcg_frozen"], abs=2e-3)
+    assert rec["gen_prior_weight"] >= 0 and rec["init_used"] == "closed_form"
+    assert rec["plane_directions"] == "leading"
+
+
+def test_random_planes_variant_changes_only_w(standin, base_cfg, runs):
+    rec = rq3.cell({**base_cfg, "angle": 90, "plane_directions": "random", "plane_seed": 7, "cars_splits": 0})
+    lead = runs["a90"][0]
+    assert rec["plane_directions"] == "random" and rec["relevance_energy"] == pytest.approx(lead["relevance_energy"])
+    assert rec["w_query_energy"] != pytest.approx(lead["w_query_energy"])
+    assert rec["ndcg_frozen"] != pytest.approx(lead["ndcg_frozen"])

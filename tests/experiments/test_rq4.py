@@ -93,3 +93,14 @@ def test_plots_and_export(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 1000 and (tmp_path / "m.png").stat().st_size > 1000
     long = pd.read_csv(paths[0])
     assert len(long) == 8 * 4 and set(long["n"]) == {32, 64, 128, 256}
+
+
+def test_centring_effect_headline_uses_the_papers_ranks():
+    """Ranks 4 to 32 favour dual at the largest n; rank 256 pulls the all-rank mean below zero."""
+    df = pd.DataFrame([_traj("raw", "a", 4, 0, [-1.0, 0.2]), _traj("raw", "a", 32, 0, [-1.0, 0.4]),
+                       _traj("raw", "a", 256, 0, [-3.0, -2.0])])
+    paper = rq4.centring_effect(df, rq4.PAPER_RANKS).set_index("centring")
+    every = rq4.centring_effect(df).set_index("centring")
+    assert paper.loc["raw", "mean_at_largest_n"] == pytest.approx(0.3) and paper.loc["raw", "first_positive_n"] == 64
+    assert every.loc["raw", "mean_at_largest_n"] == pytest.approx((0.2 + 0.4 - 2.0) / 3)
+    assert every.loc["raw", "first_positive_n"] is None  # "never"

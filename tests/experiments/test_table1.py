@@ -85,3 +85,44 @@ def test_size_correlations():
     cells["cars_score"] = [-0.1 * f for f in range(5)]       # ranks agree with L_s - L_d = -0.1 f
     corr = table1.size_correlations(cells)
     assert corr.iloc[0].spearman == pytest.approx(1.0) and corr.iloc[0].heldout_dual == 0
+
+
+def test_claims_per_pair_show_a_pooled_figure_can_hide_a_dataset():
+    """Dataset "b" has regrets 100x larger: the pooled reduction is b's; dataset "a" (where
+    CARS copies always-shared: 0% reduction) fails on its own row."""
+    rows = []
+    for f in range(5):
+        # a: shared always wins by a little; CARS picks dual at n=512 and is wrong
+        rows += [_row("a", f, 32, 1.0, 1.01, "shared"), _row("a", f, 512, 1.0, 1.01, "dual")]
+        # b: shared wins at 32, dual at 512, by a lot; CARS always right
+        rows += [_row("b", f, 32, 1.0, 2.0, "shared"), _row("b", f, 512, 2.0, 1.0, "dual")]
+    s = table1.summarise(_cells(rows))
+    pc = {p["dataset"]: p for p in table1.pair_claims(s)}
+    # a by hand: CARS regret = (0 + 0.01) / 2 = 0.005, always-shared 0, always-dual 0.01
+    assert pc["a"]["regret_cars"] == pytest.approx(0.005) and pc["a"]["regret_shared"] == 0.0
+    assert not pc["a"]["reduction_holds"] and not pc["a"]["adds_accuracy"]
+    assert (pc["a"]["accuracy"], pc["a"]["accuracy_shared"], pc["a"]["accuracy_dual"]) == (0.5, 1.0, 0.0)
+    assert pc["b"]["reduction"] == 1.0 and pc["b"]["reduction_holds"] and pc["b"]["adds_accuracy"]
+    # pooled over the encoder's datasets: shared 0.25 vs dual 0.255 vs CARS 0.0025 -> 99% "holds"
+    pooled = table1.claims(s)
+    assert pooled["reduction_holds"] and pooled["reduction_min"] == pytest.approx(1 - 0.0025 / 0.25)
+
+
+def test_pooled_rows_only_where_they_pool():
+    rows = [_row("a", f, 32, 1.0, 2.0, "shared") for f in range(5)]
+    s = table1.summarise(_cells(rows))
+    assert list(s["dataset"]) == ["a"]  # one dataset, one encoder: no "all" rows repeating it
+    assert table1.claims(s)["accuracy"] == 1.0  # the claim falls back to the single pair
+
+
+def test_size_correlations_per_pair_and_pooled():
+    rows = []
+    for f in range(5):
+        rows += [_row("a", f, 32, 1.0, 1.0 + 0.1 * f, "shared"), _row("b", f, 32, 5.0, 5.0 - 0.1 * f, "dual")]
+    cells = _cells(rows)
+    # within a: score rises with L_s - L_d; within b: falls (inverted); b's level is higher
+    cells["cars_score"] = [v for f in range(5) for v in (-0.1 * f, 10.0 - 0.1 * f)]
+    corr = table1.size_correlations(cells).set_index("dataset")
+    assert corr.loc["a", "spearman"] == pytest.approx(1.0) and corr.loc["b", "spearman"] == pytest.approx(-1.0)
+    # pooled: the level difference alone makes the pooled rank correlation strongly positive
+    assert corr.loc["all", "spearman"] > 0.5 and corr.loc["all", "cells"] == 10

@@ -188,3 +188,28 @@ def test_rotation_properties(p, m_frac, a, b, seed):
     np.testing.assert_allclose(Ra, _reference_rotation(U, W, a), atol=1e-11)
     X = rng.standard_normal((5, p))
     np.testing.assert_allclose(rotate_queries(X, U, W, a), X @ Ra.T, atol=1e-11)
+
+
+def test_random_directions_are_orthonormal_orthogonal_to_u_and_seeded():
+    from asymgeo.kernels.rotation import relevance_planes
+
+    rng = np.random.default_rng(3)
+    p, n, m = 24, 60, 3
+    X = rng.standard_normal((n, p))
+    C = X.T @ rng.standard_normal((n, p)) / n
+    U0, W0 = relevance_planes(C, X, m)
+    U, W = relevance_planes(C, X, m, directions="random", seed=11)
+    np.testing.assert_allclose(U, U0)  # the relevance directions do not depend on the variant
+    np.testing.assert_allclose(W.T @ W, np.eye(m), atol=1e-12)
+    np.testing.assert_allclose(U.T @ W, 0.0, atol=1e-12)
+    _, W_again = relevance_planes(C, X, m, directions="random", seed=11)
+    _, W_other = relevance_planes(C, X, m, directions="random", seed=12)
+    np.testing.assert_array_equal(W, W_again)
+    assert not np.allclose(np.abs(W.T @ W_other), np.eye(m), atol=1e-3)
+    # independent: the span of W is the span of (I - U U^T) G for the same Gaussian draw
+    G = np.random.default_rng(np.random.SeedSequence(11)).standard_normal((p, m))
+    G = G - U @ (U.T @ G)
+    Qg, _ = np.linalg.qr(G)
+    np.testing.assert_allclose(W @ W.T, Qg @ Qg.T, atol=1e-10)
+    with pytest.raises(ValueError, match="directions"):
+        relevance_planes(C, X, m, directions="trailing")

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["md_table", "verdict"]
+__all__ = ["interval_holds", "md_table", "plural", "verdict"]
+
+#: The verdict of a claim whose interval contains zero (issue 23: never "yes" or "no").
+INCONCLUSIVE = "inconclusive"
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -21,6 +24,30 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def verdict(ok: bool | None) -> str:
-    """``**yes**`` / ``**no**`` / ``n/a``."""
+def verdict(ok: bool | str | None) -> str:
+    """``**yes**`` / ``**no**`` / ``**inconclusive**`` / ``n/a``."""
+    if isinstance(ok, str):
+        if ok != INCONCLUSIVE:
+            raise ValueError(f"ok: expected True, False, None or {INCONCLUSIVE!r}, got {ok!r}")
+        return f"**{INCONCLUSIVE}**"
     return {True: "**yes**", False: "**no**", None: "n/a"}[ok]
+
+
+def interval_holds(low: float, high: float) -> bool | str | None:
+    """The verdict of "the quantity is positive" from its 95% interval ``[low, high]``:
+    True when ``low > 0``, False when ``high < 0``, ``"inconclusive"`` when it contains
+    zero, None when the interval is not finite (too few replicates to form one)."""
+    import math
+
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    if low > 0:
+        return True
+    if high < 0:
+        return False
+    return INCONCLUSIVE
+
+
+def plural(count: int, word: str, many: str | None = None) -> str:
+    """``"1 encoder"``, ``"2 encoders"`` (``many`` for an irregular plural)."""
+    return f"{count} {word if count == 1 else (many or word + 's')}"

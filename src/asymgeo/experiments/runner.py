@@ -53,6 +53,7 @@ __all__ = [
     "cell_seed",
     "import_cell",
     "package_versions",
+    "portable_command",
     "run_sweep",
     "run_cells",
     "load_records",
@@ -103,6 +104,28 @@ def _progress(total: int, initial: int, desc: str, enabled: bool):
     return tqdm(total=total, initial=initial, desc=desc, unit="cell", disable=not enabled,
                 dynamic_ncols=True, smoothing=0.1, file=sys.stderr)
 
+
+
+def portable_command(command: str, root: str | os.PathLike | None = None) -> str:
+    """``command`` with every absolute path made relative to ``root`` (default: the working
+    folder) when it lies inside it, else replaced by ``<outside>/NAME``, so that the pages a
+    run generates never print the folders of the machine that ran it.
+
+    >>> portable_command("asymgeo reproduce x --results-dir /repo/results", "/repo")
+    'asymgeo reproduce x --results-dir results'
+    """
+    base = Path(root if root is not None else os.getcwd()).resolve()
+    out = []
+    for token in command.split(" "):
+        head, sep, value = token.partition("=") if token.startswith("--") else ("", "", token)
+        if os.path.isabs(value):
+            path = Path(value)
+            try:
+                value = path.resolve().relative_to(base).as_posix() or "."
+            except ValueError:
+                value = f"<outside>/{path.name}"
+        out.append(f"{head}{sep}{value}")
+    return " ".join(out)
 
 
 def run_sweep(
@@ -183,7 +206,7 @@ def run_sweep(
         log = {
             "started": started,
             "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "command": command if command is not None else " ".join(["asymgeo", *sys.argv[1:]]),
+            "command": portable_command(command if command is not None else " ".join(["asymgeo", *sys.argv[1:]])),
             "executor": executor,
             "workers": n_workers,
             "address": address,

@@ -82,6 +82,8 @@ def relevance_planes(
     n_planes: int = 8,
     *,
     query_energy: float = 0.9,
+    directions: str = "leading",
+    seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Relevance-informed rotation planes ``span(u_i, w_i)`` (see the module docstring).
 
@@ -98,7 +100,13 @@ def relevance_planes(
     X : (n, p) training query embeddings (rows).
     n_planes : number of planes m, ``1 <= m`` and ``2 m <= p``.
     query_energy : fraction in [0, 1) of the query energy whose principal subspace the
-        ``w_i`` must avoid.
+        ``w_i`` must avoid (``directions="leading"`` only).
+    directions : {"leading", "random"}
+        ``"leading"`` (default): the construction above.  ``"random"`` (the RQ3 variant):
+        ``w_i`` are a seeded Gaussian draw orthonormalised against ``U`` only, so they may
+        fall inside the leading query subspace: :math:`W = \mathrm{qr}((I - UU^\top) G)`,
+        :math:`G \sim N(0, 1)^{p \times m}`.
+    seed : seeds the Gaussian draw of ``directions="random"``.
 
     Returns
     -------
@@ -123,10 +131,19 @@ def relevance_planes(
     m = int(n_planes)
     if isinstance(query_energy, bool) or not isinstance(query_energy, numbers.Real) or not 0 <= query_energy < 1:
         raise ValueError(f"query_energy: expected a number in [0, 1), got {query_energy!r}")
+    if directions not in ("leading", "random"):
+        raise ValueError(f"directions: expected 'leading' or 'random', got {directions!r}")
     if not np.any(C):
         raise ValueError("C: the relevance moment is zero; it defines no relevance direction")
     left, _s, _vt = np.linalg.svd(C)
     U = left[:, :m]
+    if directions == "random":
+        G = np.random.default_rng(np.random.SeedSequence(int(seed))).standard_normal((p, m))
+        G = G - U @ (U.T @ G)
+        W, _ = np.linalg.qr(G)
+        W = W - U @ (U.T @ W)
+        W, _ = np.linalg.qr(W)
+        return _fix_signs(U), _fix_signs(W)
     sigma_x = X.T @ X / X.shape[0]
     evals, evecs = np.linalg.eigh(sigma_x)
     evals, evecs = evals[::-1].clip(min=0.0), evecs[:, ::-1]
