@@ -56,8 +56,8 @@ from typing import Any
 
 import numpy as np
 
-from ._markdown import md_table as _md_table
 from ._markdown import interval_holds, plural, verdict
+from ._markdown import md_table as _md_table
 from .runner import cell_seed
 
 logger = logging.getLogger(__name__)
@@ -753,7 +753,6 @@ def _rotation_claims(rot: Any) -> list[dict[str, Any]]:
                   f"{PAPER_ROTATION['gap_90']:.4f})")
     for init in [s for s in STARTS if s in set(ch["init"])]:
         sub = ch[ch["init"] == init]
-        label = START_LABELS[init]
         level = "test queries × seeds, paired by query" if (sub["queries"] > 0).all() else "seeds"
         for r in sub.itertuples():
             scope = _pair_label(r.dataset, r.encoder)
@@ -774,7 +773,8 @@ def _rotation_claims(rot: Any) -> list[dict[str, Any]]:
                               f"({PAPER_ROTATION['fold']}x, 5 datasets)",
                      "ours": f"{p.gap_a0:+.4f} → {p.gap_a1:+.4f}{ratio}; change "
                              f"{_ci(p.change, p.ci_low, p.ci_high)} over {plural(int(p.pairs), 'pair')} ({level}); "
-                             f"over {plural(int(p.pair_seeds), 'pair-seed')} {_ci(p.change, p.seed_ci_low, p.seed_ci_high)}",
+                             f"over {plural(int(p.pair_seeds), 'pair-seed')} "
+                             f"{_ci(p.change, p.seed_ci_low, p.seed_ci_high)}",
                      "holds": interval_holds(p.ci_low, p.ci_high)})
         up = int((sub["change"] > 0).sum())
         sig = int((sub["ci_low"] > 0).sum())
@@ -1052,7 +1052,8 @@ gap averaged over seeds, "over seeds" the t interval across the three seeds (2 d
                          f"{r.angle:g}°", f"{int(r.gen_n_seen)}/{int(r.gen_n_unseen)}", f"{r.gen_frozen_all_ndcg:.4f}",
                          f"{r.gen_prior_all_diff:+.4f}", f"{r.gen_shared_all_diff:+.4f}", f"{r.gen_dual_all_diff:+.4f}",
                          "unseen-doc" if unseen == "unseen" else "unseen-rel",
-                         f"{getattr(r, f'gen_prior_{unseen}_diff'):+.4f}", f"{getattr(r, f'gen_shared_{unseen}_diff'):+.4f}",
+                         f"{getattr(r, f'gen_prior_{unseen}_diff'):+.4f}",
+                         f"{getattr(r, f'gen_shared_{unseen}_diff'):+.4f}",
                          f"{getattr(r, f'gen_dual_{unseen}_diff'):+.4f}"])
         text.append("""### Who the gain reaches (seen and unseen documents)
 
@@ -1072,7 +1073,7 @@ def _planes_markdown(var: Any, primary: Any | None, fig_dir: Path, fig_rel: str,
                      figures: list[Path]) -> str:
     s = rotation_summary(var)
     name = f"rq3_figure5_random_planes{suffix}.png"
-    plot_rotation(s, fig_dir / name, "variant planes: random w_i ⟂ U, random start")
+    plot_rotation(s, fig_dir / name, "variant planes: random w_i orthogonal to U, random start")
     figures.append(fig_dir / name)
     ref = None
     if primary is not None:
@@ -1086,6 +1087,14 @@ def _planes_markdown(var: Any, primary: Any | None, fig_dir: Path, fig_rel: str,
                      _fmt_gap(0, r.q_ci_low, r.q_ci_high), f"{getattr(r, 'ndcg_frozen', float('nan')):.4f}",
                      f"{lead['diff_mean']:+.4f}" if lead is not None else "–",
                      f"{lead['ndcg_frozen']:.4f}" if lead is not None and "ndcg_frozen" in lead else "–"])
+    energy_rows = []
+    for (ds, enc), g in var.groupby(["dataset", "encoder"]):
+        lead_e = "–"
+        if primary is not None and "w_query_energy" in primary:
+            pg = primary[(primary["dataset"] == ds) & (primary["encoder"] == enc)]
+            lead_e = f"{pg['w_query_energy'].mean():.4f}" if len(pg) else "–"
+        energy_rows.append([_pair_label(ds, enc), f"{g['w_query_energy'].mean():.4f}" if "w_query_energy" in g
+                            else "–", lead_e])
     ch = angle_changes(var) if {0, 90} <= set(var["angle"]) else None
     ch_rows = [[_pair_label(r.dataset, r.encoder), f"{r.change:+.4f}", _fmt_gap(0, r.ci_low, r.ci_high),
                 _verdict(interval_holds(r.ci_low, r.ci_high))] for r in ch.itertuples()] if ch is not None else []
@@ -1093,9 +1102,13 @@ def _planes_markdown(var: Any, primary: Any | None, fig_dir: Path, fig_rel: str,
 
 The planes' second directions `w_i` drawn at random (Gaussian, orthonormalised against `U` only:
 `relevance_planes(..., directions="random")`) instead of the leading query-covariance directions
-outside the 90% query subspace; random start; angles 0°, 45° and 90°. Random `w_i` fall mostly
-inside the directions the queries use, so rotating moves query content as well as the relevance
-signal: the frozen encoder loses more, and the rotation is less of a pure "mismatch" probe.
+outside the 90% query subspace; random start; angles 0°, 45° and 90°. A random direction is not
+kept out of the leading query subspace, but in p = 384 or 768 dimensions eight of them carry about
+8/p of the query energy ("w query energy" below), close to the leading construction's: the two
+constructions probe the same kind of mismatch, and the comparison shows how much the figures depend
+on the choice of `w_i`.
+
+{_md_table(["dataset / encoder", "w query energy (random)", "w query energy (leading)"], energy_rows)}
 
 ![Figure 5, random planes]({fig_rel}/{name})
 
@@ -1131,7 +1144,8 @@ def _grid_markdown(grid: Any, fig_dir: Path, fig_rel: str, suffix: str, figures:
             text.append(_md_table(
                 ["scope", "cells", "shared 4 → 32", "gain", "dual 4 → 32", "gain", "Dual − Shared change"],
                 [["mean over pairs" if r.dataset == "pooled" else _pair_label(r.dataset, r.encoder), int(r.cells),
-                  f"{r.shared_low:.4f} → {r.shared_high:.4f}", _ci(r.shared_gain, r.shared_gain_low, r.shared_gain_high),
+                  f"{r.shared_low:.4f} → {r.shared_high:.4f}",
+                  _ci(r.shared_gain, r.shared_gain_low, r.shared_gain_high),
                   f"{r.dual_low:.4f} → {r.dual_high:.4f}", _ci(r.dual_gain, r.dual_gain_low, r.dual_gain_high),
                   _ci(r.advantage_change, r.advantage_change_low, r.advantage_change_high)]
                  for r in rc[rc["init"] == init].itertuples()]) + "\n")
