@@ -73,3 +73,20 @@ def test_report_table_and_dict_hold_every_subset(scifact):
     assert out["seen"]["n_train_queries"] == 50
     text = rep.format_table()
     assert text.splitlines()[0].split()[0] == "NDCG@10" and "unseen-doc" in text.splitlines()[0]
+
+
+def test_a_bare_adapter_reports_on_data_the_caller_gives(scifact):
+    """Adapter.generalisation_report: the table of the adapter's own operator, kept as
+    generalisation_; an identity-operator adapter equals frozen in every subset."""
+    from asymgeo.adapters import Adapter
+
+    d = scifact
+    p = d.corpus.shape[1]
+    ad = Adapter.from_maps(np.zeros((2, p)), geometry="shared", form="augmented")
+    assert ad.generalisation_ is None
+    rep = ad.generalisation_report(d, d.triples.query_ids, n_boot=100)
+    assert ad.generalisation_ is rep and rep.focus == "trained shared"
+    for s, c in rep.rows["trained shared"].items():
+        if c["n"]:
+            assert c["diff"] == pytest.approx(0.0, abs=1e-12), s
+    assert rep.rows["frozen"]["seen"]["n"] == 164

@@ -303,6 +303,10 @@ def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_di
     assert rep.candidates["shared"].seed == rep.candidates["dual"].seed
     out = save_adapter(rep.adapter, tmp_path / "auto", dataset="scifact", metrics=rep.metrics)
     assert load_adapter(out).geometry_ == a["choice"]
+    # the fitted adapter carries its generalisation table (the one in the metrics)
+    gen = rep.adapter.generalisation_
+    assert gen is not None and gen.as_dict() == rep.metrics["generalisation"]
+    assert gen.rows["frozen"]["all"]["n"] == 300
 
 
 def test_fit_warns_when_not_better_than_frozen(shared_dir, monkeypatch):

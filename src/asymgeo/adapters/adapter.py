@@ -102,6 +102,9 @@ class Adapter(_Params):
     stopped_ : list of messages for learning-rate runs stopped early by a diverging loss
     device_ : the torch device the maps were trained on (``"cuda"`` when available by default)
     n_features_in_ : p
+    generalisation_ : GeneralisationReport or None: set by :func:`asymgeo.adapters.fit_adapter`
+        (seen / unseen-document test NDCG@10 against frozen and the document prior), or by
+        :meth:`generalisation_report` on data the caller supplies; None after a bare ``fit``.
     """
 
     geometry_: str
@@ -245,6 +248,7 @@ class Adapter(_Params):
         self.history_ = result.history
         self.init_scale_ = result.init_scale
         self.stopped_ = result.stopped
+        self.generalisation_ = None
         self.device_ = resolve_device(self.device)  # the device the maps were trained on
         self.n_features_in_ = data.p
         if result.all_diverged:
@@ -295,6 +299,7 @@ class Adapter(_Params):
         ad.history_ = []
         ad.init_scale_ = None
         ad.stopped_ = []
+        ad.generalisation_ = None
         ad.n_features_in_ = int(A.shape[1])
         return ad
 
@@ -339,6 +344,28 @@ class Adapter(_Params):
         document embeddings with (``query_transform(X) @ Y.T == similarity(X, Y)``); no
         re-indexing."""
         return self._check_input(X, "X") @ self.operator_
+
+    def generalisation_report(self, data: Any, train_query_ids: Any, *, name: str | None = None,
+                              k: int = 10, n_boot: int = 2000, seed: int = 0) -> Any:
+        """The generalisation table of this adapter on ``data``'s test split (issue 17), kept as
+        ``generalisation_``.
+
+        ``data``: an :class:`~asymgeo.adapters.workflow.AdaptationData` (``load_adaptation_data``)
+        or anything with its attributes (``T``, ``V``, ``corpus``, ``qrels``, ``corpus_ids``,
+        ``test.query_ids``, ``validation.query_ids``); ``train_query_ids``: the queries whose
+        positives trained this adapter (their documents are "seen").  The table gives NDCG@k on
+        all, seen-document and unseen-document test queries, each against frozen with a paired
+        95% bootstrap interval, beside the document prior (frozen + beta 1[training positive],
+        beta on validation).  See :func:`asymgeo.adapters.generalisation.generalisation_report`.
+        """
+        from .generalisation import generalisation_report
+
+        self._check_fitted()
+        label = name or f"trained {self.geometry_}"
+        rep = generalisation_report(data, list(train_query_ids), {label: self.operator_}, focus=label, k=k,
+                                    n_boot=n_boot, seed=seed)
+        self.generalisation_ = rep
+        return rep
 
     def index(self, corpus: Any, *, dtype: Any = np.float32):
         """An exact :class:`asymgeo.retrieval.search.AdapterIndex` over ``corpus`` for this adapter's form:

@@ -299,6 +299,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         gen = generalisation_report(d, tr.query_ids, {"closed-form": base.operator_,
                                                       f"trained {ad.geometry_}": ad.operator_}, seed=seed)
         metrics["generalisation"] = gen.as_dict()
+        ad.generalisation_ = gen
     if ad.selection_ is not None:
         metrics["cars"] = {"choice": ad.selection_.choice, "score": ad.selection_.score,
                            "standard_error": ad.selection_.standard_error}
