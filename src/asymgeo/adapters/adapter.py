@@ -120,6 +120,7 @@ class Adapter(_Params):
     stopped_: list[str]
     n_features_in_: int
     metadata_: dict[str, Any]
+    generalisation_: Any
 
     def __init__(
         self,

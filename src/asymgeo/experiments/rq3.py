@@ -683,7 +683,7 @@ def rank_contrasts(df: Any, angle: float = 90.0, low: int = 4, high: int = 32) -
     lo_t = d[d["rank"] == low].set_index(keys)
     hi_t = d[d["rank"] == high].set_index(keys)
     common = lo_t.index.intersection(hi_t.index)
-    rows = []
+    rows: list[dict[str, Any]] = []
     if len(common) == 0:
         return pd.DataFrame(rows)
     a, b = lo_t.loc[common], hi_t.loc[common]
@@ -790,6 +790,11 @@ def _rotation_claims(rot: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _negate(v: bool | str | None) -> bool | str | None:
+    """The verdict of the opposite claim: True and False swap; inconclusive and None stay."""
+    return (not v) if isinstance(v, bool) else v
+
+
 def _grid_claims(grid: Any) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     g = grid_summary(grid)
@@ -839,7 +844,7 @@ def _grid_claims(grid: Any) -> list[dict[str, Any]]:
                          "ours": f"change of Dual − Shared "
                                  f"{_ci(r.advantage_change, r.advantage_change_low, r.advantage_change_high)}",
                          # "not enlarged" holds when the change is below zero, fails when above
-                         "holds": {True: False, False: True}.get(enlarged, enlarged)})  # type: ignore[call-overload]
+                         "holds": _negate(enlarged)})
     return rows
 
 
