@@ -549,8 +549,15 @@ def test_select_validate_passes_selector_dim_and_seed_through(capsys):
     default = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=2, n_splits=4, query_ids=tr.query_ids)
     got.pop("seconds")
     cells = got.pop("cells")
+    acc = got.pop("accuracy")
     assert got["selector_dim"] == 64 and got["seed"] == 3
     assert _json.loads(_json.dumps(want.as_dict(), default=float)) == got
+    # the fixed rules' accuracies, by hand from the held-out losses: within each fold, then over folds
+    folds = sorted({c["fold"] for c in want.cells})
+    shared_acc = sum(sum(c["loss_shared"] <= c["loss_dual"] for c in want.cells if c["fold"] == f)
+                     / sum(c["fold"] == f for c in want.cells) for f in folds) / len(folds)
+    assert acc["shared"] == pytest.approx(shared_acc) and acc["dual"] == pytest.approx(1 - shared_acc)
+    assert acc["cars"] == pytest.approx(want.cars_accuracy)
     assert [c["cars_score"] for c in cells] == pytest.approx([c["cars_score"] for c in want.cells], rel=1e-12)
     assert [c["cars_score"] for c in cells] != pytest.approx([c["cars_score"] for c in default.cells], rel=1e-3)
 
@@ -564,3 +571,54 @@ def test_fit_command_defaults_are_the_library_defaults():
 
     sig = inspect.signature(fit_adapter).parameters
     assert {k: sig[k].default for k in _FIT_DEFAULTS} == _FIT_DEFAULTS
+
+
+def test_select_leads_with_a_verdict_and_reports_centring(capsys):
+    """The first line is the verdict; --centred runs CARS on the centred triples (checked against a
+    direct call on arrays centred here), and the other reading is reported beside it."""
+    import json as _json
+
+    import numpy as np
+
+    from asymgeo.data import load_triples
+    from asymgeo.kernels.selection import cars_score
+
+    shared = _shared_args()
+    base = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", *shared]
+    code, out, _ = _run(capsys, base)
+    assert code == 0 and out.splitlines()[0].startswith("verdict: ") and "not validated" in out.splitlines()[0]
+    assert "not a sampling error" in out and "mean term: " in out
+    code, out, _ = _run(capsys, [*base, "--centred", "--json"])
+    got = _json.loads(out)
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared[1], cache_dir=shared[3])
+    X = np.asarray(tr.X, dtype=np.float64)
+    D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
+    Xc, Dc = X - X.mean(axis=0), D - D.mean(axis=0)
+    want = cars_score(Xc, Dc, np.zeros_like(Dc), 4, n_splits=4, seed=0)
+    raw = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 4, n_splits=4, seed=0)
+    assert got["centred"] is True and got["cars"]["score"] == pytest.approx(want.score, rel=1e-9)
+    assert got["mean_term"]["other_score"] == pytest.approx(raw.score, rel=1e-9)
+    # share of the rank-1 mean term, by hand
+    C = X.T @ D / len(X)
+    share = float(np.sum(np.outer(X.mean(axis=0), D.mean(axis=0)) ** 2) / np.sum(C**2))
+    assert got["mean_term"]["share"] == pytest.approx(share, rel=1e-9)
+
+
+def test_select_verdict_sentences():
+    from asymgeo.cli import select_verdict
+
+    def v(cars, shared, red, heldout_dual=5):
+        return {"accuracy": {"cars": cars, "shared": shared, "dual": 1 - shared}, "reduction": red,
+                "per_size": [{"size": 517, "cells": 2, "heldout_dual": 2, "cars_dual": 2, "accuracy": 1.0,
+                              "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}},
+                             {"size": 518, "cells": 3, "heldout_dual": heldout_dual - 2, "cars_dual": 3,
+                              "accuracy": 1.0, "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}}]}
+
+    assert select_verdict("dual", v(0.95, 0.5, 0.84)).startswith("validation supports dual (CARS): regret 84% below")
+    assert "at 517-518 queries dual had the lower held-out loss in 5 of 5 folds" in select_verdict("dual", v(0.95, 0.5, 0.84))
+    assert "adds nothing" in select_verdict("shared", v(0.933, 0.933, 0.0, heldout_dual=0))
+    assert "in 5 of 5 folds" in select_verdict("shared", v(0.933, 0.933, 0.0, heldout_dual=0))
+    bad = select_verdict("dual", v(0.70, 0.80, -0.46, heldout_dual=3))
+    assert bad.startswith("validation does not support dual") and "46% above" in bad
+    assert select_verdict("dual", v(0.9, 0.5, 0.3)).startswith("the data cannot tell")
+    assert "not validated" in select_verdict("shared", None)

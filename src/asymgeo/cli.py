@@ -155,6 +155,9 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
+    p.add_argument("--centred", action="store_true",
+                   help="centre queries and Y+ - Y- first: decide on the directional part only (the rank-1 "
+                        "mean term, identical for both geometries as a fixed bias, left out)")
     p.add_argument("--folds", type=int, default=None,
                    help="held-out folds of --validate (default 5; each must hold at least 32 queries)")
     p.set_defaults(func=_run_select)
@@ -166,11 +169,7 @@ def _add_select(sub):
 _MIN_FOLD_QUERIES = 32
 
 
-def _run_select(args) -> int:
-    from .data import load_triples
-    from .kernels.geometry import approximation_gap, relevance_moment
-    from .kernels.selection import cars_score
-
+def _check_select_args(args) -> None:
     if not 2 <= args.n_splits <= _MAX_SPLITS:
         raise ValueError(f"--n-splits: expected 2 to {_MAX_SPLITS:,} half-splits (a standard error needs at least 2), "
                          f"got {args.n_splits}")
@@ -180,6 +179,16 @@ def _run_select(args) -> int:
         args.folds = 5
     if args.validate and args.folds < 2:
         raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
+
+
+def _run_select(args) -> int:
+    import numpy as np
+
+    from .data import load_triples
+    from .kernels.geometry import approximation_gap, relevance_moment
+    from .kernels.selection import cars_score
+
+    _check_select_args(args)
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir,
                       require=True)
     if args.validate:
@@ -192,35 +201,98 @@ def _run_select(args) -> int:
     if args.selector_dim is not None and args.selector_dim >= tr.dim:
         print(f"asymgeo select: warning: --selector-dim {args.selector_dim} >= p = {tr.dim}: "
               "no random projection applied", file=sys.stderr)
-    res = cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed, selector_dim=args.selector_dim)
-    gap = approximation_gap(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), res.rank)
+    from .kernels.operator_risk import mean_term
+
+    X, D = np.asarray(tr.X, dtype=np.float64), np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg)
+    mt = mean_term(X, D)
+    Xc, Dc = X - mt.x_mean, D - mt.d_mean
+    zeros = np.zeros_like(Dc)
+
+    def cars_on(centred: bool):
+        if centred:
+            return cars_score(Xc, Dc, zeros, args.rank, n_splits=args.n_splits, seed=args.seed,
+                              selector_dim=args.selector_dim)
+        return cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed,
+                          selector_dim=args.selector_dim)
+
+    res = cars_on(args.centred)
+    other = cars_on(not args.centred)  # what centring changes (or what the raw triples say)
+    moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
+    gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
+    verdict = select_verdict(res.choice, validation)
+    mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
+                 "centred": bool(args.centred), "other_choice": other.choice,
+                 "other_score": float(other.score), "other_standard_error": float(other.standard_error)}
     if args.json:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
-               "cars": res.as_dict(), "approximation_gap": gap.as_dict()}
+               "centred": bool(args.centred), "verdict": verdict, "cars": res.as_dict(),
+               "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
         _print_json(out)
         return 0
-    print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples: n = {len(tr)}, p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
+    print(f"verdict: {verdict}")
+    print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
+          f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
     print(f"decision: {res.choice}")
-    print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (standard error)")
+    print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
+          "these triples; not a sampling error: --validate measures how often the decision holds)")
+    print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
+          + (f"raw, CARS picks {other.choice} ({other.score:.3g})" if args.centred else
+             f"centred (--centred, directional part only), CARS picks {other.choice} ({other.score:.3g})"))
     print(f"approximation gap of the training moment: {gap.gap:.6g} (shared {gap.shared_error:.6g}, dual {gap.dual_error:.6g})")
     if validation is not None:
         _print_validation(validation)
     return 0
 
 
+def select_verdict(choice: str, validation: dict | None) -> str:
+    """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
+    the largest validated training size (the one closest to the user's pool), or that the data
+    cannot tell."""
+    if validation is None:
+        return (f"{choice} (CARS); not validated: --validate shows how often this choice wins on held-out "
+                "folds of these queries")
+    acc = validation["accuracy"]
+    red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
+    best_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"
+    last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
+    wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
+    at = f"at {last['label']} queries {choice} had the lower held-out loss in {wins} of {last['cells']} folds"
+    red_txt = f"{100 * red:.0f}%" if red == red else "–"
+    if red < -1e-9 or acc["cars"] < acc[best_fixed] - 1e-9:
+        return (f"validation does not support {choice} (CARS): always-{best_fixed} did better on held-out folds "
+                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc['cars']:.1f}%, CARS's regret "
+                + (f"{100 * -red:.0f}% above" if red < 0 else f"{red_txt} below") + f" the better fixed rule's); {at}")
+    if acc["cars"] <= acc[best_fixed] + 1e-9 and not red > 1e-9:
+        return (f"{choice} (CARS), but CARS adds nothing here: always-{best_fixed} is as accurate "
+                f"({100 * acc[best_fixed]:.1f}%) with regret as low; {at}")
+    if red >= 0.5 and acc["cars"] > acc[best_fixed]:
+        return f"validation supports {choice} (CARS): regret {red_txt} below always-{best_fixed}; {at}"
+    return (f"the data cannot tell: CARS picks {choice}, regret {red_txt} below the better fixed rule, accuracy "
+            f"{100 * acc['cars']:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
+
+
 def _select_validation(args, tr) -> dict:
     import time
+
+    import numpy as np
 
     from .estimators.validation import validate_selection
 
     t0 = time.perf_counter()
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
-                           selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids, progress=None)
-    return {**v.as_dict(), "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice") if k in c}
-                                     for c in v.cells],
+                           selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,
+                           centred=bool(getattr(args, "centred", False)), progress=None)
+    # the fixed rules' accuracies, averaged like CARS's: within each fold, then over folds
+    by_fold: dict[int, list[bool]] = {}
+    for c in v.cells:
+        by_fold.setdefault(int(c["fold"]), []).append(c["loss_shared"] <= c["loss_dual"])
+    shared_acc = float(np.mean([np.mean(f) for f in by_fold.values()])) if by_fold else float("nan")
+    return {**v.as_dict(), "accuracy": {"cars": v.cars_accuracy, "shared": shared_acc, "dual": 1.0 - shared_acc},
+            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "loss_shared", "loss_dual")
+                       if k in c} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -229,7 +301,12 @@ def _print_validation(v: dict) -> None:
     cells = sum(s["cells"] for s in v["per_size"])
     print(f"validation: {v['n_folds']} held-out folds of these {v['n']} queries, nested training sizes, "
           f"{cells} (fold, size) cells, {v['seconds']:.1f} s")
-    print(f"  CARS chose the lower held-out loss in {100 * v['cars_accuracy']:.1f}% of cells")
+    acc = v["accuracy"]
+    print(f"  CARS chose the lower held-out loss in {100 * acc['cars']:.1f}% of cells (always-shared "
+          f"{100 * acc['shared']:.1f}%, always-dual {100 * acc['dual']:.1f}%)")
+    red = float("nan") if v["reduction"] is None else float(v["reduction"])
+    if red == red:
+        print(f"  CARS's regret is {100 * abs(red):.0f}% {'below' if red >= 0 else 'above'} the better fixed rule's")
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
           f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else ""))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
