@@ -10,6 +10,7 @@ import pytrec_eval
 from beir_fixtures import doc, query, write_beir
 
 from asymgeo.data import evaluate_frozen, load_beir, load_embeddings, write_embeddings
+from asymgeo.data.evaluate import default_metrics
 
 
 def _pytrec_ndcg10(S, qids, cids, qrels):
@@ -95,3 +96,57 @@ def test_ties_straddling_the_cut_follow_trec_eval(tmp_path):
     assert res.mean["ndcg@2"] == want
     low = evaluate_frozen(root, "enc", cache_dir=tmp_path / "c", metrics=["ndcg@2"], ties="index")
     assert low.mean["ndcg@2"] == 0.0  # lower rows d1, d2 kept at the cut
+
+
+# ------------------------------------------------ mutation survivors (tools/mutation.py evaluate)
+def test_default_metrics_exact_list():
+    assert default_metrics() == ["ndcg@10", "ndcg_graded@10", "recall@10", "recall@100", "precision@10", "mrr@10",
+                                 "map@10"]
+    assert default_metrics(100) == ["ndcg@100", "ndcg_graded@100", "recall@100", "precision@100", "mrr@100",
+                                    "map@100"]
+    assert default_metrics(5)[3] == "recall@100"
+
+
+def test_result_records_what_was_scored(hand):
+    root, cache = hand
+    res = evaluate_frozen(root, "enc", cache_dir=cache, metrics=["ndcg@2"])
+    e = res.extra
+    assert (e["dataset"], e["encoder"], e["split"], e["n_docs"], e["dim"]) == ("hand", "enc", "test", 3, 2)
+    assert (e["search_depth"], e["ties"], e["n_judged"], e["n_excluded"]) == (2, "trec_eval", 2, 0)
+    assert e["backend"] in ("numpy", "faiss", "torch")
+    # the default metrics and cut-off (k = 10 capped by the 3 documents)
+    res = evaluate_frozen(root, "enc", cache_dir=cache)
+    assert list(res.mean) == default_metrics(10) and res.extra["search_depth"] == 3
+
+
+def test_excluded_queries_are_not_scored(hand):
+    root, cache = hand
+    res = evaluate_frozen(root, "enc", cache_dir=cache, metrics=["ndcg@3"], exclude_queries=["q1"])
+    assert list(res.query_ids) == ["q2"] and res.extra["n_excluded"] == 1 and res.extra["n_judged"] == 2
+    q2 = (1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3))
+    assert res.mean["ndcg@3"] == pytest.approx(q2)
+    with pytest.raises(ValueError, match=r"split 'test': every one of its 2 judged queries is excluded"):
+        evaluate_frozen(root, "enc", cache_dir=cache, exclude_queries=["q1", "q2"])
+
+
+def test_operator_reaches_both_tie_orders(hand):
+    root, cache = hand
+    swap = np.array([[0.0, 1.0], [1.0, 0.0]])
+    for ties in ("trec_eval", "index"):
+        res = evaluate_frozen(root, "enc", cache_dir=cache, metrics=["ndcg@3"], operator=swap, ties=ties)
+        assert res.by_query("ndcg@3")["q1"] == pytest.approx(1.0), ties
+        assert res.extra["ties"] == ties
+
+
+def test_a_split_without_judgements_names_its_qrels_file(hand):
+    root, cache = hand
+    (root / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    with pytest.raises(ValueError) as err:
+        evaluate_frozen(root, "enc", cache_dir=cache, split="dev")
+    assert str(err.value).startswith(f"{root / 'qrels' / 'dev.tsv'}: split 'dev' has no usable relevance judgements")
+
+
+def test_data_dir_resolves_a_dataset_by_name(hand):
+    root, cache = hand
+    res = evaluate_frozen("hand", "enc", data_dir=root.parent, cache_dir=cache, metrics=["ndcg@3"])
+    assert res.extra["dataset"] == "hand"
