@@ -622,3 +622,25 @@ def test_select_verdict_sentences():
     assert bad.startswith("validation does not support dual") and "46% above" in bad
     assert select_verdict("dual", v(0.9, 0.5, 0.3)).startswith("the data cannot tell")
     assert "not validated" in select_verdict("shared", None)
+
+
+def test_select_with_the_cross_validated_risk_selector(capsys):
+    """--selector cv decides by the cross-validated operator risk (checked against a direct call)
+    and --validate scores that selector beside CARS."""
+    import json as _json
+
+    from asymgeo.data import load_triples
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+
+    shared = _shared_args()
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--selector", "cv",
+            "--validate", "--folds", "2", "--json", *shared]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    got = _json.loads(out)
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared[1], cache_dir=shared[3])
+    want = cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=5, seed=0)
+    assert got["selector"] == "cv" and got["choice"] == want.choice
+    assert got["cv"]["score"] == pytest.approx(want.score, rel=1e-9)
+    assert "cv" in got["validation"]["accuracy"] and "cv" in got["validation"]["regret"]
+    assert "cross-validated risk" in got["verdict"]

@@ -155,6 +155,9 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
+    p.add_argument("--selector", choices=["cars", "cv"], default="cars",
+                   help="cars (eq. 7, default) or cv: cross-validated operator risk, 5 folds inside the "
+                        "training triples, dual only when it wins by more than one standard error")
     p.add_argument("--centred", action="store_true",
                    help="centre queries and Y+ - Y- first: decide on the directional part only (the rank-1 "
                         "mean term, identical for both geometries as a fixed bias, left out)")
@@ -217,16 +220,24 @@ def _run_select(args) -> int:
 
     res = cars_on(args.centred)
     other = cars_on(not args.centred)  # what centring changes (or what the raw triples say)
+    cv = None
+    if args.selector == "cv":
+        from .kernels.operator_risk import cross_validated_risk
+
+        cv = (cross_validated_risk(Xc, Dc, zeros, args.rank, folds=5, seed=args.seed) if args.centred else
+              cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=5, seed=args.seed))
+    choice = cv.choice if cv is not None else res.choice
     moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
-    verdict = select_verdict(res.choice, validation)
+    verdict = select_verdict(choice, validation, selector=args.selector)
     mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
                  "centred": bool(args.centred), "other_choice": other.choice,
                  "other_score": float(other.score), "other_standard_error": float(other.standard_error)}
     if args.json:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
-               "centred": bool(args.centred), "verdict": verdict, "cars": res.as_dict(),
+               "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
+               "cars": res.as_dict(), **({"cv": cv.as_dict()} if cv is not None else {}),
                "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
@@ -235,7 +246,8 @@ def _run_select(args) -> int:
     print(f"verdict: {verdict}")
     print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
           f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
-    print(f"decision: {res.choice}")
+    print(f"decision: {choice}" + (f" (cv: held-out L_s - L_d {cv.score:.4g} +/- {cv.standard_error:.2g} over "
+                                   f"{cv.folds} folds; CARS: {res.choice})" if cv is not None else ""))
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
           "these triples; not a sampling error: --validate measures how often the decision holds)")
     print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
@@ -247,30 +259,36 @@ def _run_select(args) -> int:
     return 0
 
 
-def select_verdict(choice: str, validation: dict | None) -> str:
+def select_verdict(choice: str, validation: dict | None, selector: str = "cars") -> str:
     """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
     the largest validated training size (the one closest to the user's pool), or that the data
     cannot tell."""
+    name = {"cars": "CARS", "cv": "cross-validated risk"}.get(selector, selector)
     if validation is None:
-        return (f"{choice} (CARS); not validated: --validate shows how often this choice wins on held-out "
+        return (f"{choice} ({name}); not validated: --validate shows how often this choice wins on held-out "
                 "folds of these queries")
-    acc = validation["accuracy"]
-    red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
+    acc = {**validation["accuracy"], "cars": validation["accuracy"][selector]}
+    if selector == "cars":
+        red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
+    else:
+        reg = validation["regret"]
+        better = min(reg["shared"], reg["dual"])
+        red = 1.0 - reg[selector] / better if better > 0 else float("nan")
     best_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
     at = f"at {last['label']} queries {choice} had the lower held-out loss in {wins} of {last['cells']} folds"
     red_txt = f"{100 * red:.0f}%" if red == red else "–"
     if red < -1e-9 or acc["cars"] < acc[best_fixed] - 1e-9:
-        return (f"validation does not support {choice} (CARS): always-{best_fixed} did better on held-out folds "
-                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc['cars']:.1f}%, CARS's regret "
+        return (f"validation does not support {choice} ({name}): always-{best_fixed} did better on held-out folds "
+                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc['cars']:.1f}%, the selector's regret "
                 + (f"{100 * -red:.0f}% above" if red < 0 else f"{red_txt} below") + f" the better fixed rule's); {at}")
     if acc["cars"] <= acc[best_fixed] + 1e-9 and not red > 1e-9:
-        return (f"{choice} (CARS), but CARS adds nothing here: always-{best_fixed} is as accurate "
+        return (f"{choice} ({name}), but the selector adds nothing here: always-{best_fixed} is as accurate "
                 f"({100 * acc[best_fixed]:.1f}%) with regret as low; {at}")
     if red >= 0.5 and acc["cars"] > acc[best_fixed]:
-        return f"validation supports {choice} (CARS): regret {red_txt} below always-{best_fixed}; {at}"
-    return (f"the data cannot tell: CARS picks {choice}, regret {red_txt} below the better fixed rule, accuracy "
+        return f"validation supports {choice} ({name}): regret {red_txt} below always-{best_fixed}; {at}"
+    return (f"the data cannot tell: {name} picks {choice}, regret {red_txt} below the better fixed rule, accuracy "
             f"{100 * acc['cars']:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
 
 
@@ -284,14 +302,20 @@ def _select_validation(args, tr) -> dict:
     t0 = time.perf_counter()
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
                            selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,
-                           centred=bool(getattr(args, "centred", False)), progress=None)
+                           centred=bool(getattr(args, "centred", False)), progress=None,
+                           cv_folds=5 if getattr(args, "selector", "cars") == "cv" else 0)
     # the fixed rules' accuracies, averaged like CARS's: within each fold, then over folds
     by_fold: dict[int, list[bool]] = {}
     for c in v.cells:
         by_fold.setdefault(int(c["fold"]), []).append(c["loss_shared"] <= c["loss_dual"])
     shared_acc = float(np.mean([np.mean(f) for f in by_fold.values()])) if by_fold else float("nan")
-    return {**v.as_dict(), "accuracy": {"cars": v.cars_accuracy, "shared": shared_acc, "dual": 1.0 - shared_acc},
-            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "loss_shared", "loss_dual")
+    accuracy = {"cars": v.cars_accuracy, "shared": shared_acc, "dual": 1.0 - shared_acc}
+    if any("cv_choice" in c for c in v.cells):
+        accuracy["cv"] = float(np.mean([np.mean([(c["cv_choice"] == "dual") == (c["loss_dual"] < c["loss_shared"])
+                                                 for c in v.cells if int(c["fold"]) == f]) for f in by_fold]))
+    return {**v.as_dict(), "accuracy": accuracy,
+            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "cv_choice", "loss_shared",
+                                         "loss_dual")
                        if k in c} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -307,8 +331,11 @@ def _print_validation(v: dict) -> None:
     red = float("nan") if v["reduction"] is None else float(v["reduction"])
     if red == red:
         print(f"  CARS's regret is {100 * abs(red):.0f}% {'below' if red >= 0 else 'above'} the better fixed rule's")
+    if "cv" in acc:
+        print(f"  cross-validated risk chose the lower held-out loss in {100 * acc['cv']:.1f}% of cells")
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
-          f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else ""))
+          f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else "")
+          + (f", cross-validated risk {reg['cv']:.4g}" if "cv" in reg else ""))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
     print(f"  {'size':>9}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
           f"{'shared':>9}  {'dual':>9}")

@@ -31,7 +31,7 @@ import numpy as np
 
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_seed
 from ..kernels.folds import FOLD_SEED, NESTED_SIZES, fold_seed, fold_split, nested_subsets, query_folds
-from ..kernels.operator_risk import centre, prefix_moments, truncation_losses
+from ..kernels.operator_risk import centre, cross_validated_risk, prefix_moments, truncation_losses
 from ..kernels.selection import MIN_CARS_TRIPLES, cars_score, selector_projection
 
 __all__ = [
@@ -47,7 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Selection rules compared in every cell (Table 1 columns plus SURE).
-RULES = ("cars", "shared", "dual", "sure")
+RULES = ("cars", "shared", "dual", "sure", "cv")
 
 
 def _derived_seed(seed: int, *coords: int) -> int:
@@ -104,6 +104,7 @@ def fold_cells(
     sure: bool = True,
     n_jobs: int | None = None,
     reduce: bool = True,
+    cv_folds: int = 0,
 ) -> list[dict[str, Any]]:
     r"""Every (size, rank) cell of one held-out fold.
 
@@ -124,6 +125,9 @@ def fold_cells(
     sure : also run the SURE rule.
     reduce : run CARS in the row space of the training prefix when ``2 m`` is below the
         dimension (:func:`row_space_basis`; exact, same splits, much faster at small m).
+    cv_folds : when >= 2, also run the cross-validated operator-risk selector
+        (:func:`asymgeo.kernels.operator_risk.cross_validated_risk`, that many folds inside the
+        training prefix, full space, seeded like CARS): keys ``cv_choice, cv_score, cv_se``.
 
     Returns
     -------
@@ -167,6 +171,11 @@ def fold_cells(
         for j, r in enumerate(losses.ranks):
             cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=n_jobs)
             sure_choice, sure_score = _sure_choice(Xm, Dm, int(r)) if sure else ("", float("nan"))
+            extra: dict[str, Any] = {}
+            if cv_folds >= 2:
+                cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), int(r),
+                                          folds=min(int(cv_folds), m), seed=split_seed)
+                extra = {"cv_choice": cv.choice, "cv_score": cv.score, "cv_se": cv.standard_error}
             rows.append({
                 "fold": int(fold),
                 "size": int(m),
@@ -180,6 +189,7 @@ def fold_cells(
                 "corrected_distance": cars.corrected_distance,
                 "sure_choice": sure_choice,
                 "sure_score": sure_score,
+                **extra,
             })
     return rows
 
@@ -191,6 +201,8 @@ def _cell_regrets(row: dict[str, Any]) -> dict[str, float]:
     out["cars"] = (ld if row["cars_choice"] == "dual" else ls) - best
     if row.get("sure_choice"):
         out["sure"] = (ld if row["sure_choice"] == "dual" else ls) - best
+    if row.get("cv_choice"):
+        out["cv"] = (ld if row["cv_choice"] == "dual" else ls) - best
     return out
 
 
@@ -210,7 +222,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("rows: no cells to summarise")
-    rules = [r for r in RULES if r != "sure" or all(row.get("sure_choice") for row in rows)]
+    rules = [r for r in RULES if r not in ("sure", "cv") or all(row.get(f"{r}_choice") for row in rows)]
     by_fold: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_fold.setdefault(int(row["fold"]), []).append(row)
@@ -330,6 +342,7 @@ def validate_selection(
     sure: bool = True,
     n_jobs: int | None = None,
     progress: bool | None = False,
+    cv_folds: int = 0,
 ) -> SelectionValidation:
     r"""Five-fold held-out check of the CARS geometry decision at one rank (Table 1 protocol).
 
@@ -357,6 +370,8 @@ def validate_selection(
     sure : also evaluate the SURE rule.
     n_jobs : CARS threads (see :func:`asymgeo.cars_score`).
     progress : a tqdm bar over the folds (cells done, elapsed); ``None``: only on a terminal.
+    cv_folds : when >= 2, also validate the cross-validated operator-risk selector with that
+        many inner folds (regret ``"cv"``, cell keys ``cv_choice``).
     """
     X = as_float_matrix(X, "X")
     Yp = as_float_matrix(Y_pos, "Y_pos")
@@ -402,7 +417,7 @@ def validate_selection(
         fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
         cells += fold_cells(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
-                            projection=projection, sure=sure, n_jobs=n_jobs)
+                            projection=projection, sure=sure, n_jobs=n_jobs, cv_folds=cv_folds)
         bar.update(1)
         bar.set_postfix(cells=len(cells))
     bar.close()

@@ -41,6 +41,8 @@ __all__ = [
     "mean_term",
     "centre",
     "log2_slope",
+    "CrossValidatedRisk",
+    "cross_validated_risk",
 ]
 
 
@@ -251,3 +253,74 @@ def log2_slope(sizes: Sequence[float], values: Sequence[float]) -> float:
     x = np.log2(n)
     xc = x - x.mean()
     return float(xc @ (y - y.mean()) / (xc @ xc))
+
+
+@dataclass(frozen=True)
+class CrossValidatedRisk:
+    """Outcome of :func:`cross_validated_risk`.
+
+    Attributes
+    ----------
+    choice : ``"dual"`` when the mean held-out ``L_s - L_d`` exceeds one standard error, else
+        ``"shared"`` (ties within noise go to the family with fewer parameters).
+    score : mean over folds of ``L_s - L_d`` (positive favours dual).
+    standard_error : standard deviation of the fold differences over ``sqrt(folds)``.
+    differences : (folds,) the per-fold ``L_s - L_d``.
+    rank, folds, seed : the settings.
+    """
+
+    choice: str
+    score: float
+    standard_error: float
+    differences: np.ndarray
+    rank: int
+    folds: int
+    seed: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {"choice": self.choice, "score": self.score, "standard_error": self.standard_error,
+                "differences": [float(v) for v in self.differences], "rank": self.rank, "folds": self.folds,
+                "seed": self.seed}
+
+
+def cross_validated_risk(X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray, rank: int, *, folds: int = 5,
+                         seed: int = 0) -> CrossValidatedRisk:
+    r"""Cross-validated operator risk (issue 20): each family's held-out operator loss, K-fold
+    within the training pool.
+
+    Rows are permuted with ``seed`` and cut into ``folds`` near-equal folds. For fold k,
+    :math:`\hat C_{-k}` is the relevance moment of the other folds and :math:`M_k` that of fold k;
+    :math:`\Delta_k = L_s - L_d` with
+    :math:`L_g = \|\mathcal P_{g,r}(\hat C_{-k}) - M_k\|_F^2 / \|M_k\|_F^2` (the RQ4 loss, computed by
+    :func:`truncation_losses`). Score :math:`\bar\Delta`, standard error
+    :math:`s_\Delta/\sqrt K`; dual iff :math:`\bar\Delta > \mathrm{SE}` (one-SE rule toward shared).
+
+    Parameters
+    ----------
+    X, Y_pos, Y_neg : (n, p) training triples (the moment uses ``D = Y_pos - Y_neg``).
+    rank : fitted rank r.
+    folds : K, 2 <= K <= n.
+    seed : seeds the row permutation.
+    """
+    X = as_float_matrix(X, "X")
+    Yp = as_float_matrix(Y_pos, "Y_pos")
+    Yn = as_float_matrix(Y_neg, "Y_neg")
+    check_same_shape({"X": X, "Y_pos": Yp, "Y_neg": Yn})
+    n, p = X.shape
+    r = check_rank(rank, p)
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= n:
+        raise ValueError(f"folds: expected an integer in [2, n = {n}], got {folds!r}")
+    D = Yp - Yn
+    order = np.random.default_rng(np.random.SeedSequence(int(seed))).permutation(n)
+    parts = np.array_split(order, int(folds))
+    total = X.T @ D
+    diffs = []
+    for part in parts:
+        held = X[part].T @ D[part]
+        C_train = (total - held) / (n - part.size)
+        loss = truncation_losses(C_train, held / part.size, [r])
+        diffs.append(float(loss.shared[0] - loss.dual[0]))
+    d = np.asarray(diffs)
+    score = float(d.mean())
+    se = float(d.std(ddof=1) / np.sqrt(d.size))
+    return CrossValidatedRisk("dual" if score > se else "shared", score, se, d, r, int(folds), int(seed))
