@@ -386,3 +386,30 @@ def test_eval_result_repr_shows_means_not_arrays():
 
     res = EvalResult(["q1", "q2"], {"ndcg@10": np.array([0.5, 1.0])}, {"ndcg@10": 0.75})
     assert repr(res) == "EvalResult(2 queries: ndcg@10=0.7500)"
+
+
+def test_index_rankings_shorter_than_the_cut_off_match_pytrec_eval():
+    """A ranking of K = 3 documents scored at @10 (the padding branch of the index path), every
+    metric against pytrec_eval on the same run (mutation survivors of tools/mutation.py metrics)."""
+    import pytrec_eval
+
+    from asymgeo.retrieval.metrics import RelevanceTable, evaluate_indices
+
+    corpus = [f"d{i}" for i in range(12)]
+    qrels = {"q0": {"d1": 1, "d5": 2, "d7": 1}, "q1": {"d0": 1}, "q2": {"d3": 2, "d4": 1, "d8": 1, "d9": 1}}
+    idx = np.array([[5, 2, 1], [3, 0, 11], [9, 3, 6]])
+    table = RelevanceTable(qrels, ["q0", "q1", "q2"], corpus)
+    metrics = ["ndcg@10", "ndcg_graded@10", "recall@10", "precision@10", "map@10", "mrr@10"]
+    res = evaluate_indices(idx, table, metrics)
+    run = {q: {corpus[j]: float(10 - r) for r, j in enumerate(row)} for q, row in zip(["q0", "q1", "q2"], idx)}
+    binary = {q: {d: int(g >= 1) for d, g in v.items()} for q, v in qrels.items()}
+    ev_b = pytrec_eval.RelevanceEvaluator(binary, {"ndcg_cut.10", "recall.10", "P.10", "map_cut.10",
+                                                   "recip_rank"}).evaluate(run)
+    ev_g = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(run)
+    for i, q in enumerate(["q0", "q1", "q2"]):
+        assert res.per_query["ndcg@10"][i] == pytest.approx(ev_b[q]["ndcg_cut_10"], abs=1e-12)
+        assert res.per_query["ndcg_graded@10"][i] == pytest.approx(ev_g[q]["ndcg_cut_10"], abs=1e-12)
+        assert res.per_query["recall@10"][i] == pytest.approx(ev_b[q]["recall_10"], abs=1e-12)
+        assert res.per_query["precision@10"][i] == pytest.approx(ev_b[q]["P_10"], abs=1e-12)
+        assert res.per_query["map@10"][i] == pytest.approx(ev_b[q]["map_cut_10"], abs=1e-12)
+        assert res.per_query["mrr@10"][i] == pytest.approx(ev_b[q]["recip_rank"], abs=1e-12)
