@@ -290,3 +290,24 @@ def test_header_only_train_qrels_name_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"qrels/(train|test)\.tsv: split 'train' has no usable relevance judgements"):
         load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1, require=True)
     assert load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1).query_ids == []  # the library default
+
+
+def test_triple_cache_notices_arrays_rewritten_under_the_same_meta(hand, count_searches):
+    """corpus.npy replaced in place (same ids, same meta.json): the mined negatives are stale and
+    must be mined again, and they must equal a fresh mining (a mutation survivor of the key)."""
+    import os
+
+    root, cache = hand
+    ids = ["q0", "q1", "q2"]
+    load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    n_before = len(count_searches)
+    path = cache / "hand" / "enc" / "corpus.npy"
+    arr = np.load(path)
+    new = arr[::-1].copy()  # the rows now point elsewhere: other nearest documents
+    np.save(path, new.astype(np.float32))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a later modification time, as a rewrite has
+    tr = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == n_before + 1
+    fresh = load_triples(root, "enc", ids, cache_dir=cache, k=2, triples_cache=False)
+    assert _fields(tr) == _fields(fresh)
