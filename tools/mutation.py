@@ -83,10 +83,22 @@ def run(name: str, children: int) -> dict[str, object]:
     t0 = time.perf_counter()
     proc = subprocess.run([_mutmut(), "run", "--max-children", str(children)], cwd=main,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wall = time.perf_counter() - t0
+    return _record(name, main, time.perf_counter() - t0, proc.returncode)
+
+
+def collect(name: str) -> dict[str, object]:
+    """The record of an interrupted run, from its workspace (unrun mutants are "not checked")."""
+    main = OUT / name / "main"
+    if not (main / "mutants").is_dir():
+        raise SystemExit(f"{main}: no mutmut workspace to collect")
+    started = (main / "mutants").stat().st_mtime
+    return _record(name, main, time.time() - started, None)
+
+
+def _record(name: str, main: Path, wall: float, returncode: int | None) -> dict[str, object]:
     status = _results(main)
     rec = {"module": MODULES[name][0], "tests": MODULES[name][1], "wall_seconds": round(wall, 1),
-           "returncode": proc.returncode, "mutants": status,
+           "returncode": returncode, "mutants": status,
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                     text=True).stdout.strip()}
     (OUT / f"{name}.json").write_text(json.dumps(rec, indent=1))
@@ -94,8 +106,8 @@ def run(name: str, children: int) -> dict[str, object]:
 
 
 def summary() -> str:
-    rows = ["| module | test files | mutants | killed | survived | no tests | timeout | score | wall |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| module | test files | mutants | killed | survived | no tests | timeout | not run | score | wall |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for name in MODULES:
         path = OUT / f"{name}.json"
         if not path.exists():
@@ -109,7 +121,7 @@ def summary() -> str:
         score = (counts["killed"] + counts["timeout"]) / judged if judged else float("nan")
         rows.append(f"| `{rec['module'].removeprefix('src/asymgeo/')}` | {', '.join(rec['tests'])} | {total} | "
                     f"{counts['killed']} | {counts['survived']} | {counts['no tests']} | {counts['timeout']} | "
-                    f"{100 * score:.0f}% | {rec['wall_seconds'] / 60:.1f} min |")
+                    f"{counts['not checked']} | {100 * score:.0f}% | {rec['wall_seconds'] / 60:.1f} min |")
     text = "\n".join(rows) + "\n"
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.md").write_text(text)
@@ -132,7 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="only rebuild the summary")
     parser.add_argument("--survivors", metavar="NAME", help="print the surviving mutants of one module")
     parser.add_argument("--children", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--collect", metavar="NAME", help="record an interrupted module's results")
     args = parser.parse_args(argv)
+    if args.collect:
+        collect(args.collect)
+        print(summary())
+        return 0
     if args.survivors:
         survivors(args.survivors)
         return 0
