@@ -74,7 +74,7 @@ def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: 
         except FileNotFoundError:
             committed = docs / "results" / f"{name}_cells{suffix}.csv"
             if name == "table1" and committed.is_file():
-                text, cl, run_row = _table1_from_committed(committed, docs, fig_name, suffix)
+                text, cl, run_row = table1.section_from_committed(committed, docs, fig_name, suffix)
                 sections.append(text)
                 claims += cl
                 runs.append(run_row)
@@ -87,7 +87,7 @@ def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: 
         row = _runs(results_dir, name + suffix, df)
         runs.append(row)
         if name == "table1":
-            _save_run_row(docs / "results" / f"table1_runs{suffix}.csv", row)
+            table1.save_run_row(docs / "results" / f"table1_runs{suffix}.csv", row)
     from .runner import portable_command
 
     page = _PREAMBLE.format(
@@ -101,53 +101,6 @@ def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: 
     out = docs / f"evidence{suffix}.md"
     atomic_write_text(out, page)
     return out
-
-
-_RUN_COLUMNS = ("experiment", "size", "wall time", "cell time", "machine", "commands")
-
-
-def _save_run_row(path: Path, row: list[Any]) -> None:
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(_RUN_COLUMNS)
-    w.writerow(row)
-    atomic_write_text(path, buf.getvalue())
-
-
-def _table1_from_committed(cells_csv: Path, docs: Path, fig_name: str, suffix: str) -> tuple[str, list, list]:
-    """The Table 1 (and RQ2-real) sections from the committed per-cell table, with the run row
-    of the run that wrote it (``table1_runs{suffix}.csv`` beside it) marked as such."""
-    import csv
-
-    import pandas as pd
-
-    from .config import load_experiment
-    from .table1 import report_section_from_cells
-
-    cells = pd.read_csv(cells_csv, keep_default_na=False, na_values=[""])
-    for col in ("cars_choice", "sure_choice"):
-        if col in cells:
-            cells[col] = cells[col].fillna("").astype(str)
-    n_splits = int(load_experiment("table1").fixed.get("n_splits", 20))
-    text, cl = report_section_from_cells(cells, n_splits, docs / "figures" / fig_name, f"figures/{fig_name}",
-                                         export_tables=False)
-    rel = cells_csv.relative_to(docs).as_posix()
-    text = text.replace("## Table 1: five-fold geometry selection\n",
-                        f"## Table 1: five-fold geometry selection\n\nRebuilt from the committed per-cell table "
-                        f"`docs/{rel}` (values kept to 6 significant digits), written by the run listed "
-                        "below; `asymgeo reproduce table1` recomputes it.\n", 1)
-    runs_csv = cells_csv.with_name(f"table1_runs{suffix}.csv")
-    row: list[Any] = ["table1", f"{len(cells)} fold × size × rank cells", "–", "–", "–", "–"]
-    if runs_csv.is_file():
-        with runs_csv.open(newline="") as fh:
-            recs = list(csv.DictReader(fh))
-        if recs:
-            row = [recs[0].get(c, "–") for c in _RUN_COLUMNS]
-            row[0] = "table1 (from the committed cells)"
-    return text, cl, row
 
 
 if __name__ == "__main__":  # pragma: no cover - thin command wrapper

@@ -344,9 +344,7 @@ def build_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.
         except FileNotFoundError:
             committed = docs / "results" / f"{name}_cells{suffix}.csv"
             if name == "table1" and committed.is_file():  # 75 min to rerun: the committed cells stand in
-                from .evidence_report import _table1_from_committed
-
-                text, cl, run_row = _table1_from_committed(committed, docs, fig_name, suffix)
+                text, cl, run_row = table1.section_from_committed(committed, docs, fig_name, suffix)
                 sections.append(text)
                 claims += [[*row[:2], row[2], row[3], f"[{name}](figures/{fig_name})"] for row in cl]
                 timing_rows.append([run_row[0], run_row[1], run_row[2], run_row[3], "local x2", run_row[5]])

@@ -19,7 +19,7 @@ from .real_pool import fold_arrays, fold_design, pool_triples
 from .runner import cell_seed
 
 __all__ = ["cell", "explode", "summarise", "size_correlations", "claims", "pair_claims", "report_section",
-           "report_section_from_cells"]
+           "report_section_from_cells", "save_run_row", "section_from_committed"]
 
 
 def cell(config: dict[str, Any]) -> dict[str, Any]:
@@ -392,3 +392,52 @@ Tables: `docs/results/table1_summary{suffix}.csv`, `docs/results/table1_cells{su
 rank cell), `docs/results/table1_size_correlation{suffix}.csv`.
 {rq2_text}"""
     return text, claim_rows
+
+
+_RUN_COLUMNS = ("experiment", "size", "wall time", "cell time", "machine", "commands")
+
+
+def save_run_row(path: Any, row: list[Any]) -> None:
+    """Write one run-table row (``_RUN_COLUMNS``) as ``table1_runs.csv`` beside the cells."""
+    import csv
+    import io
+
+    from .._atomic import atomic_write_text
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(_RUN_COLUMNS)
+    w.writerow(row)
+    atomic_write_text(path, buf.getvalue())
+
+
+def section_from_committed(cells_csv: Any, docs: Any, fig_name: str, suffix: str) -> tuple[str, list, list]:
+    """The Table 1 (and RQ2-real) sections from the committed per-cell table, with the run row
+    of the run that wrote it (``table1_runs{suffix}.csv`` beside it) marked as such."""
+    import csv
+
+    import pandas as pd
+
+    from .config import load_experiment
+
+    cells = pd.read_csv(cells_csv, keep_default_na=False, na_values=[""])
+    for col in ("cars_choice", "sure_choice"):
+        if col in cells:
+            cells[col] = cells[col].fillna("").astype(str)
+    n_splits = int(load_experiment("table1").fixed.get("n_splits", 20))
+    text, cl = report_section_from_cells(cells, n_splits, docs / "figures" / fig_name, f"figures/{fig_name}",
+                                         export_tables=False)
+    rel = cells_csv.relative_to(docs).as_posix()
+    text = text.replace("## Table 1: five-fold geometry selection\n",
+                        f"## Table 1: five-fold geometry selection\n\nRebuilt from the committed per-cell table "
+                        f"`docs/{rel}` (values kept to 6 significant digits), written by the run listed "
+                        "below; `asymgeo reproduce table1` recomputes it.\n", 1)
+    runs_csv = cells_csv.with_name(f"table1_runs{suffix}.csv")
+    row: list[Any] = ["table1", f"{len(cells)} fold × size × rank cells", "–", "–", "–", "–"]
+    if runs_csv.is_file():
+        with runs_csv.open(newline="") as fh:
+            recs = list(csv.DictReader(fh))
+        if recs:
+            row = [recs[0].get(c, "–") for c in _RUN_COLUMNS]
+            row[0] = "table1 (from the committed cells)"
+    return text, cl, row
