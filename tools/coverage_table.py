@@ -48,7 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             print(f"the suite failed (exit {rc}); coverage not reported", file=sys.stderr)
             return rc
-    text = table(json.loads(path.read_text()))
+    try:
+        report = json.loads(path.read_text())
+        text = table(report)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"{path}: not a readable coverage JSON report ({exc.__class__.__name__}: {exc})", file=sys.stderr)
+        return 2
+
     (OUT / "coverage.md").write_text(text)
     print(text)
     return 0

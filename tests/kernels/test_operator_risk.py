@@ -179,3 +179,17 @@ def test_validation_scores_the_cv_selector_like_cars():
                                                  - best)
     assert v.regret["cv"] == pytest.approx(np.mean([np.mean(x) for x in by_fold.values()]))
     assert "cv" not in validate_selection(X, Yp, Yn, 2, folds=4, n_splits=4, sizes=(32,)).regret
+
+
+def test_cross_validated_risk_keeps_shared_within_one_standard_error():
+    """A dual advantage smaller than its fold noise (0 < score <= SE) stays shared."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+
+    rng = np.random.default_rng(0)
+    n, p = 60, 6
+    X = rng.standard_normal((n, p))
+    A = rng.standard_normal((p, p))
+    Y = X @ (A @ A.T / p + 0.15 * (A - A.T)) + rng.standard_normal((n, p))
+    res = cross_validated_risk(X, Y, np.zeros_like(Y), 2, folds=5, seed=0)
+    assert 0 < res.score <= res.standard_error  # the case the one-SE rule exists for
+    assert res.choice == "shared"

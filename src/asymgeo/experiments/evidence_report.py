@@ -111,4 +111,10 @@ if __name__ == "__main__":  # pragma: no cover - thin command wrapper
     parser.add_argument("--docs-dir", default="docs")
     parser.add_argument("--quick", action="store_true")
     ns = parser.parse_args()
-    print(build_evidence_report(ns.results_dir, ns.docs_dir, quick=ns.quick))
+    try:
+        print(build_evidence_report(ns.results_dir, ns.docs_dir, quick=ns.quick))
+    except (ValueError, FileNotFoundError) as exc:
+        import sys
+
+        print(f"evidence_report: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -420,7 +420,18 @@ def section_from_committed(cells_csv: Any, docs: Any, fig_name: str, suffix: str
 
     from .config import load_experiment
 
-    cells = pd.read_csv(cells_csv, keep_default_na=False, na_values=[""])
+    try:
+        cells = pd.read_csv(cells_csv, keep_default_na=False, na_values=[""])
+        need = ["projection", "centring", "dataset", "encoder", "fold", "rank", "size", "loss_shared", "loss_dual",
+                "cars_score", "cars_choice", "advantage"]
+        missing = [c for c in need if c not in cells.columns]
+        if missing:
+            raise ValueError(f"missing column(s) {missing}")
+        for col in ("projection", "fold", "rank", "size", "loss_shared", "loss_dual", "cars_score", "advantage"):
+            cells[col] = pd.to_numeric(cells[col], errors="raise")
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{cells_csv}: not a Table 1 per-cell table ({exc}); "
+                         "rerun `asymgeo reproduce table1`") from None
     for col in ("cars_choice", "sure_choice"):
         if col in cells:
             cells[col] = cells[col].fillna("").astype(str)
