@@ -193,3 +193,57 @@ def test_reduction_is_none_when_the_better_fixed_rule_has_no_regret(shared_dir):
     assert v.regret["shared"] == 0.0 or v.regret["dual"] == 0.0
     assert v.reduction is None
     json.dumps(v.as_dict(), allow_nan=False)  # valid JSON
+
+
+def test_cells_do_not_depend_on_threads_and_share_one_decomposition_per_size(monkeypatch, capsys):
+    # p >= 256: the cells run on threads; every cell is single-threaded inside, so 1 and 2
+    # threads give bit-identical cells.  Each (fold, size) decomposes its training moment once
+    # (truncation_spectra), and SURE reuses those eigenpairs instead of solving again.
+    X, Yp, Yn = _data(n=120, p=260, seed=4)
+    calls: list[int] = []
+    eigen_passed: list[bool] = []
+    real_spectra, real_sure = fv.truncation_spectra, fv.sure_statistic
+
+    def spectra_spy(C, rank, **kw):
+        calls.append(rank)
+        return real_spectra(C, rank, **kw)
+
+    def sure_spy(X_, D_, rank, **kw):
+        eigen_passed.append(kw.get("eigen") is not None)
+        return real_sure(X_, D_, rank, **kw)
+
+    monkeypatch.setattr(fv, "truncation_spectra", spectra_spy)
+    monkeypatch.setattr(fv, "sure_statistic", sure_spy)
+    one = fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16, 32, 64), n_splits=3, seed=2, n_jobs=1)
+    assert len(calls) == 9 and eigen_passed == [True] * 9
+    two = fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16, 32, 64), n_splits=3, seed=2, n_jobs=2,
+                                progress=True)
+    assert one.cells == two.cells
+    err = capsys.readouterr().err
+    assert "0/9 [" in err and "cell/s" in err        # the bar counts cells (9), not folds (3)
+    eigen_passed.clear()
+    fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16,), n_splits=3, seed=2, selector_dim=50)
+    assert eigen_passed == [False] * 3               # SURE sees the projected moment: its own eigenpairs
+    ref = _brute_force(X, Yp, Yn, 3, 3, (16, 32, 64), 3, 2)
+    for c, (f, m, ls, ld, choice, score) in zip(two.cells, ref, strict=True):
+        assert (c["fold"], c["size"], c["cars_choice"]) == (f, m, choice)
+        assert c["loss_shared"] == pytest.approx(ls, rel=1e-9)
+        assert c["loss_dual"] == pytest.approx(ld, rel=1e-9)
+        assert c["cars_score"] == pytest.approx(score, rel=1e-7, abs=1e-12)
+    with pytest.raises(ValueError, match="n_jobs"):
+        fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16,), n_jobs=0)
+
+
+def test_sure_cell_equals_the_estimator_rule():
+    # the validation's SURE shortcut (no estimator fit) against GeometrySelector(selector="sure")
+    from asymgeo import GeometrySelector
+
+    X, Yp, Yn = _data(n=80, p=30, seed=9)
+    D = Yp - Yn
+    for r in (2, 5):
+        sel = GeometrySelector(rank=r, selector="sure").fit(X, Yp, Yn)
+        choice, score = fv._sure_choice(X, D, r)
+        assert choice == sel.choice_ and score == pytest.approx(sel.score_, rel=1e-12)
+    # fewer positive eigenvalues than the rank: the rule does not apply, shared, no score
+    choice, score = fv._sure_choice(X, -np.abs(D) * 0 - X, 3)
+    assert choice == "shared" and np.isnan(score)

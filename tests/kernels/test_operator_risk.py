@@ -193,3 +193,32 @@ def test_cross_validated_risk_keeps_shared_within_one_standard_error():
     res = cross_validated_risk(X, Y, np.zeros_like(Y), 2, folds=5, seed=0)
     assert 0 < res.score <= res.standard_error  # the case the one-SE rule exists for
     assert res.choice == "shared"
+
+
+def test_truncation_spectra_serve_every_rank_and_match_full_decompositions(rng):
+    # p >= 256: the mixed-precision eigensolver and the thin-factor SVD answer; the result must
+    # equal the losses from full LAPACK decompositions (numpy eigh / svd, computed here)
+    from asymgeo.kernels.operator_risk import truncation_spectra
+    from asymgeo.linalg.lowrank import path_counts, reset_path_counts
+
+    n, p = 150, 260
+    X = rng.standard_normal((n, p))
+    D = X @ (rng.standard_normal((p, p)) / np.sqrt(p)) + rng.standard_normal((n, p))
+    C, T = X.T @ D / n, rng.standard_normal((p, p))
+    reset_path_counts()
+    spectra = truncation_spectra(C, 12, factors=(X, D, 1.0 / n))
+    paths = path_counts()
+    assert paths.get("singular:thin") == 1 and paths.get("eigen:mixed") == 1
+    res = truncation_losses(C, T, [3, 12, 7], spectra=spectra)
+    w, Q = np.linalg.eigh((C + C.T) / 2)
+    U, s, Vt = np.linalg.svd(C)
+    t2 = np.sum(T * T)
+    for j, r in enumerate([3, 12, 7]):
+        keep = np.maximum(w[::-1][:r], 0.0)
+        S = (Q[:, ::-1][:, :r] * keep) @ Q[:, ::-1][:, :r].T
+        Dr = (U[:, :r] * s[:r]) @ Vt[:r]
+        assert res.shared[j] == pytest.approx(np.sum((S - T) ** 2) / t2, rel=1e-10)
+        assert res.dual[j] == pytest.approx(np.sum((Dr - T) ** 2) / t2, rel=1e-10)
+    assert np.array_equal(res.shared, truncation_losses(C, T, [3, 12, 7]).shared)
+    with pytest.raises(ValueError, match="spectra"):
+        truncation_losses(C, T, [13], spectra=spectra)  # computed only up to rank 12

@@ -401,3 +401,35 @@ def test_sure_regret_old_argument_order_is_deprecated():
     with pytest.warns(DeprecationWarning):
         assert sure_regret(2.0, 0.5, k) == sure_regret(k, 2.0, 0.5)
     assert sure_regret(k=k, delta2=2.0, sigma2=0.5) == sure_regret(k, 2.0, 0.5)
+
+
+def test_sure_statistic_against_dense_projectors_and_with_known_eigenpairs():
+    # independent computation: full numpy eigh, the p x p projector P = U U^T, Appendix B.1's
+    # formulas written out; eq. 4's risks compared as numbers
+    from asymgeo.kernels.theory import estimate_moment_noise, sure_statistic
+
+    rng = np.random.default_rng(11)
+    n, p, r = 90, 12, 3
+    X = rng.standard_normal((n, p))
+    D = X @ (np.eye(p) + 0.4 * rng.standard_normal((p, p))) + rng.standard_normal((n, p))
+    C = X.T @ D / n
+    w, V = np.linalg.eigh((C + C.T) / 2)
+    U = V[:, ::-1][:, :r]
+    P = U @ U.T
+    S = (U * w[::-1][:r]) @ U.T
+    Z = np.sqrt(n) * (P @ (C - S) + (C - S) @ P - P @ (C - S) @ P)
+    Zs = (Z + Z.T) / 2
+    sig = estimate_moment_noise(X, D)
+    d_d, d_s = 2 * p * r - r * r, p * r - r * (r - 1) // 2
+    risk_d = 0.0 + sig**2 * d_d                     # Z lies in T_d
+    risk_s = np.sum((Z - (P @ Zs + Zs @ P - P @ Zs @ P)) ** 2) + sig**2 * (2 * d_s - d_d)
+    res, sigma = sure_statistic(X, D, r)
+    assert sigma == pytest.approx(sig)
+    assert res.risk_dual == pytest.approx(risk_d, rel=1e-9, abs=1e-9)
+    assert res.risk_shared == pytest.approx(risk_s, rel=1e-9)
+    assert res.choice == ("dual" if risk_d < risk_s else "shared")
+    known, _ = sure_statistic(X, D, r, eigen=(w[::-1][: r + 2], V[:, ::-1][:, : r + 2]))
+    assert known.risk_shared == pytest.approx(res.risk_shared, rel=1e-10)
+    assert known.statistic == pytest.approx(res.statistic, rel=1e-10)
+    with pytest.raises(ValueError, match="eigen"):
+        sure_statistic(X, D, r, eigen=(w[::-1][:2], V[:, ::-1][:, :2]))  # fewer than r pairs

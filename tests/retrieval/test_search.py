@@ -505,3 +505,21 @@ def test_search_trec_order_widens_past_a_tie_group_larger_than_its_margin():
     want = sorted(range(n_tied), key=lambda i: ids[i], reverse=True)[:10]  # trec_eval: id descending
     assert got.indices[0].tolist() == want and got.indices.shape == (1, 10)
     np.testing.assert_array_equal(got.scores, np.ones((1, 10), np.float32))
+
+
+def test_auto_backend_skips_importing_torch_without_an_nvidia_device(monkeypatch):
+    # no /dev/nvidia* node on Linux and torch not imported: CUDA is ruled out without the
+    # ~1 s torch import; with a device node, or torch already imported, torch is asked
+    import glob
+    import sys
+
+    from asymgeo.retrieval import search
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(glob, "glob", lambda pattern: [])
+    assert search._cuda_device_present() is False
+    assert search._resolve("auto", "auto") == ("numpy", "cpu")
+    assert "torch" not in sys.modules
+    monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/nvidia0"] if pattern == "/dev/nvidia*" else [])
+    assert search._cuda_device_present() is True

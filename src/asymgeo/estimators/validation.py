@@ -29,10 +29,18 @@ from typing import Any
 
 import numpy as np
 
+from .._runtime import available_cpus, limit_blas_threads
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_seed
 from ..kernels.folds import FOLD_SEED, NESTED_SIZES, fold_seed, fold_split, nested_subsets, query_folds
-from ..kernels.operator_risk import centre, cross_validated_risk, prefix_moments, truncation_losses
+from ..kernels.operator_risk import (
+    centre,
+    cross_validated_risk,
+    prefix_moments,
+    truncation_losses,
+    truncation_spectra,
+)
 from ..kernels.selection import MIN_CARS_TRIPLES, cars_score, selector_projection
+from ..kernels.theory import sure_statistic
 
 __all__ = [
     "SelectionValidation",
@@ -55,16 +63,17 @@ def _derived_seed(seed: int, *coords: int) -> int:
     return int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
-def _sure_choice(X: np.ndarray, D: np.ndarray, rank: int) -> tuple[str, float]:
-    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(selector="sure")``;
-    ``("shared", nan)`` when it does not apply (fewer than ``rank`` positive eigenvalues)."""
-    from .projections import GeometrySelector
-
+def _sure_choice(X: np.ndarray, D: np.ndarray, rank: int,
+                 eigen: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[str, float]:
+    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(selector="sure")``
+    (the same statistic, without fitting the chosen projection); ``("shared", nan)`` when it
+    does not apply (fewer than ``rank`` positive eigenvalues).  ``eigen``: the top-r (or more)
+    eigenpairs of ``sym(X^T D / n)`` when already known."""
     try:
-        sel = GeometrySelector(rank=rank, selector="sure").fit(X, D, np.zeros_like(D))
+        res, _ = sure_statistic(X, D, rank, eigen=eigen)
     except ValueError:
         return "shared", float("nan")
-    return str(sel.choice_), float(sel.score_)
+    return str(res.choice), float(res.risk_shared - res.risk_dual)
 
 
 def row_space_basis(X: np.ndarray, D: np.ndarray, min_dim: int = 1) -> np.ndarray | None:
@@ -123,6 +132,9 @@ def fold_cells(
     projection : (p, q) fixed selector projection ``R``: CARS and SURE see ``X R, D R``
         (the losses are always of the full-space operators).  None: no projection.
     sure : also run the SURE rule.
+    n_jobs : threads over the training sizes (None: every usable core when p >= 256, else 1).
+        Each size runs with single-threaded BLAS and CARS on one thread, so the cells are the
+        same for every ``n_jobs``.
     reduce : run CARS in the row space of the training prefix when ``2 m`` is below the
         dimension (:func:`row_space_basis`; exact, same splits, much faster at small m).
     cv_folds : when >= 2, also run the cross-validated operator-risk selector
@@ -133,7 +145,82 @@ def fold_cells(
     -------
     list of dicts with keys ``fold, size, rank, loss_shared, loss_dual, cars_score, cars_se,
     cars_choice, raw_distance, corrected_distance, sure_choice, sure_score``.
+
+    Notes
+    -----
+    Work shared between cells: the nested training moments are running sums
+    (:func:`asymgeo.kernels.operator_risk.prefix_moments`); at each size one certified top-r
+    eigendecomposition of :math:`\mathrm{sym}(\widehat C_m)` and one top-r SVD of
+    :math:`\widehat C_m` (r = the largest rank asked;
+    :func:`asymgeo.kernels.operator_risk.truncation_spectra`) serve the losses of every rank
+    and the SURE rule's shared point.
     """
+    tasks = _fold_tasks(X, D, train_order, test_rows, sizes, ranks, fold=fold, n_splits=n_splits, seed=seed,
+                        projection=projection, sure=sure, reduce=reduce, cv_folds=cv_folds)
+    p = np.asarray(X).shape[1]
+    return _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p))
+
+
+def _cell_workers(n_jobs: int | None, n_tasks: int, p: int) -> int:
+    if n_jobs is None:
+        n_jobs = available_cpus() if p >= 256 else 1
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
+        raise ValueError(f"n_jobs: expected a positive integer or None, got {n_jobs!r}")
+    return max(1, min(int(n_jobs), n_tasks))
+
+
+def _run_tasks(tasks: list[Any], workers: int, on_done: Any = None) -> list[dict[str, Any]]:
+    """Run cell tasks (largest first when threaded), rows returned in task order."""
+    out: list[list[dict[str, Any]] | None] = [None] * len(tasks)
+    with limit_blas_threads(1):
+        if workers == 1:
+            for i, task in enumerate(tasks):
+                rows = task()
+                out[i] = rows
+                if on_done is not None:
+                    on_done(len(rows))
+        else:
+            from concurrent.futures import ThreadPoolExecutor, as_completed
+
+            order = sorted(range(len(tasks)), key=lambda i: -tasks[i].cost)
+            with ThreadPoolExecutor(workers) as pool:
+                futures = {pool.submit(tasks[i]): i for i in order}
+                for fut in as_completed(futures):
+                    rows = fut.result()
+                    out[futures[fut]] = rows
+                    if on_done is not None:
+                        on_done(len(rows))
+    return [row for rows in out for row in rows]  # type: ignore[union-attr]
+
+
+@dataclass
+class _SizeTask:
+    """One training size of one fold: every rank's cell (callable, for the thread pool)."""
+
+    run: Any
+    cost: float
+
+    def __call__(self) -> list[dict[str, Any]]:
+        return self.run()
+
+
+def _fold_tasks(
+    X: np.ndarray,
+    D: np.ndarray,
+    train_order: Sequence[int],
+    test_rows: Sequence[int],
+    sizes: Sequence[int],
+    ranks: Sequence[int],
+    *,
+    fold: int,
+    n_splits: int,
+    seed: int,
+    projection: np.ndarray | None,
+    sure: bool,
+    reduce: bool,
+    cv_folds: int,
+) -> list[_SizeTask]:
+    """Check one fold's inputs and return one task per training size (see :func:`fold_cells`)."""
     X = as_float_matrix(X, "X")
     D = as_float_matrix(D, "D")
     check_same_shape({"X": X, "D": D})
@@ -151,26 +238,35 @@ def fold_cells(
     sizes = sorted({int(m) for m in sizes})
     if sizes and (sizes[0] < MIN_CARS_TRIPLES or sizes[-1] > train.size):
         raise ValueError(f"sizes: expected sizes in [{MIN_CARS_TRIPLES}, {train.size}], got {sizes}")
+    p = X.shape[1]
+    rank_list = [check_rank(r, p) for r in ranks]
+    if not rank_list:
+        raise ValueError("ranks: expected at least one rank")
     Xt, Dt = X[test], D[test]
     M_test = Xt.T @ Dt / test.size
     Xtr, Dtr = X[train], D[train]
-    moments = prefix_moments(Xtr, Dtr, sizes)
+    moments = prefix_moments(Xtr, Dtr, sizes) if sizes else {}
     if projection is not None:
         Xs, Ds = Xtr @ projection, Dtr @ projection
     else:
         Xs, Ds = Xtr, Dtr
-    rows: list[dict[str, Any]] = []
-    for m in sizes:
-        losses = truncation_losses(moments[m], M_test, ranks)
+    top = max(rank_list)
+
+    def cells_at(m: int) -> list[dict[str, Any]]:
+        spectra = truncation_spectra(moments[m], top, factors=(Xtr[:m], Dtr[:m], 1.0 / m))
+        losses = truncation_losses(moments[m], M_test, rank_list, spectra=spectra)
         split_seed = _derived_seed(seed, fold, m)
         Xm, Dm = Xs[:m], Ds[:m]
-        zeros = np.zeros_like(Dm)
-        Q = row_space_basis(Xm, Dm, max(losses.ranks)) if reduce else None
+        Q = row_space_basis(Xm, Dm, top) if reduce else None
         Xc, Dc = (Xm, Dm) if Q is None else (Xm @ Q, Dm @ Q)
-        zc = zeros if Q is None else np.zeros_like(Dc)
+        zc = np.zeros_like(Dc)
+        # the SURE rule's shared point is the training moment's top eigenpairs: known already
+        # unless the selector sees a projection
+        sure_eigen = (spectra.eigenvalues, spectra.eigenvectors) if projection is None else None
+        rows: list[dict[str, Any]] = []
         for j, r in enumerate(losses.ranks):
-            cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=n_jobs)
-            sure_choice, sure_score = _sure_choice(Xm, Dm, int(r)) if sure else ("", float("nan"))
+            cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=1)
+            sure_choice, sure_score = _sure_choice(Xm, Dm, int(r), sure_eigen) if sure else ("", float("nan"))
             extra: dict[str, Any] = {}
             if cv_folds >= 2:
                 cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), int(r),
@@ -191,7 +287,11 @@ def fold_cells(
                 "sure_score": sure_score,
                 **extra,
             })
-    return rows
+        return rows
+
+    # cost model for scheduling only: CARS halves of min(m, p) rows in min(2m, p) dimensions
+    return [_SizeTask(run=(lambda m=m: cells_at(m)), cost=float(min(2 * m, p)) ** 2 * min(m, p) * len(rank_list))
+            for m in sizes]
 
 
 def _cell_regrets(row: dict[str, Any]) -> dict[str, float]:
@@ -368,8 +468,10 @@ def validate_selection(
         (held-out rows shifted by the same means); the rank-1 mean term is left out of both
         geometries.
     sure : also evaluate the SURE rule.
-    n_jobs : CARS threads (see :func:`asymgeo.cars_score`).
-    progress : a tqdm bar over the folds (cells done, elapsed); ``None``: only on a terminal.
+    n_jobs : threads over the (fold, size) cells (None: every usable core when p >= 256,
+        else 1); every cell runs with single-threaded BLAS, so the result does not depend on it.
+    progress : a tqdm bar over the (fold, size) cells (done / total, elapsed); ``None``: only
+        on a terminal.
     cv_folds : when >= 2, also validate the cross-validated operator-risk selector with that
         many inner folds (regret ``"cv"``, cell keys ``cv_choice``).
     """
@@ -400,11 +502,7 @@ def validate_selection(
     row_of = {q: i for i, q in enumerate(ids)}
     fold_ids = query_folds(ids, folds, FOLD_SEED)
     projection = fixed_projection(p, selector_dim, seed)
-    cells: list[dict[str, Any]] = []
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=int(folds), desc=f"validate rank {rank}", unit="fold", disable=False if progress else
-               (None if progress is None else True), leave=False)
+    tasks: list[_SizeTask] = []
     for f in range(folds):
         pool, held = fold_split(fold_ids, f)
         nested = nested_subsets(pool, sizes, seed=fold_seed(f))
@@ -416,10 +514,13 @@ def validate_selection(
             Xf, Df = centre(X, D, X[rows].mean(axis=0), D[rows].mean(axis=0))
         fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
-        cells += fold_cells(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
-                            projection=projection, sure=sure, n_jobs=n_jobs, cv_folds=cv_folds)
-        bar.update(1)
-        bar.set_postfix(cells=len(cells))
+        tasks += _fold_tasks(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
+                             projection=projection, sure=sure, reduce=True, cv_folds=cv_folds)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(tasks), desc=f"validate rank {rank}", unit="cell", disable=False if progress else
+               (None if progress is None else True), leave=False)
+    cells = _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p), on_done=lambda _k: bar.update(1))
     bar.close()
     s = summarise_cells(cells)
     return SelectionValidation(

@@ -327,22 +327,30 @@ def tangent_projectors(U: np.ndarray) -> TangentProjectors:
     gram = U.T @ U
     if not np.allclose(gram, np.eye(r), atol=1e-8):
         raise ValueError("U: columns must be orthonormal (U^T U = I to 1e-8)")
-    P = U @ U.T
+    # P = U U^T is applied through U: P Z = U (U^T Z) costs 2 p^2 r per product, not p^3
+
+    def _left(Z: np.ndarray) -> np.ndarray:  # P Z
+        if Z.ndim == 2:
+            return U @ (U.T @ Z)
+        return np.einsum("pr,...rq->...pq", U, np.einsum("pr,...pq->...rq", U, Z))
+
+    def _right(Z: np.ndarray) -> np.ndarray:  # Z P
+        return np.swapaxes(_left(np.swapaxes(Z, -1, -2)), -1, -2)
 
     def _td(Z: np.ndarray) -> np.ndarray:
         Z = np.asarray(Z, dtype=np.float64)
         if Z.shape[-2:] != (p, p):
             raise ValueError(f"Z: expected shape (..., {p}, {p}), got {Z.shape}")
-        PZ = P @ Z
-        return PZ + Z @ P - PZ @ P
+        PZ = _left(Z)
+        return PZ + _right(Z) - _right(PZ)
 
     def _ts(Z: np.ndarray) -> np.ndarray:
         Z = np.asarray(Z, dtype=np.float64)
         if Z.shape[-2:] != (p, p):
             raise ValueError(f"Z: expected shape (..., {p}, {p}), got {Z.shape}")
         Zs = (Z + np.swapaxes(Z, -1, -2)) / 2.0
-        PZ = P @ Zs
-        return PZ + Zs @ P - PZ @ P
+        PZ = _left(Zs)
+        return PZ + _right(Zs) - _right(PZ)
 
     def _a(Z: np.ndarray) -> np.ndarray:
         return _td(Z) - _ts(Z)

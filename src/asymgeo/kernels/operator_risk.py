@@ -30,12 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_square
+from ..linalg.lowrank import top_eigen, top_singular
 from .geometry import sym
 
 __all__ = [
     "heldout_loss",
     "TruncationLosses",
     "truncation_losses",
+    "TruncationSpectra",
+    "truncation_spectra",
     "prefix_moments",
     "MeanTerm",
     "mean_term",
@@ -92,9 +95,51 @@ class TruncationLosses:
         return self.shared - self.dual
 
 
-def truncation_losses(C: np.ndarray, M_test: np.ndarray, ranks: Sequence[int]) -> TruncationLosses:
+@dataclass(frozen=True)
+class TruncationSpectra:
+    r"""The leading spectra both truncations of one moment ``C`` need, up to rank ``r``.
+
+    Attributes
+    ----------
+    eigenvalues, eigenvectors : (r,), (p, r) the r algebraically largest eigenpairs of
+        :math:`\mathrm{sym}(C)`, descending (the shared truncation keeps their positive part).
+    singular_values, left, right : (r,), (p, r), (p, r) the top-r singular triplets of ``C``.
+    """
+
+    eigenvalues: np.ndarray
+    eigenvectors: np.ndarray
+    singular_values: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        return int(min(self.eigenvalues.size, self.singular_values.size))
+
+
+def truncation_spectra(
+    C: np.ndarray, rank: int, *, factors: tuple[np.ndarray, np.ndarray, float] | None = None
+) -> TruncationSpectra:
+    r"""Top-``rank`` eigenpairs of :math:`\mathrm{sym}(C)` and singular triplets of ``C``, computed
+    once for every rank up to ``rank`` (Theorem 1's truncations are nested in r).
+
+    Certified solvers of :mod:`asymgeo.linalg.lowrank` (subset LAPACK, mixed precision for
+    p >= 256, each answer checked to ``1e-10`` of the spectral scale, else full LAPACK);
+    ``factors = (X, D, c)`` with ``C == c X^T D`` lets the SVD run on the thin factors.
+    """
+    C = as_float_matrix(C, "C")
+    check_square(C, "C")
+    r = check_rank(rank, C.shape[0])
+    eta, Q = top_eigen(sym(C), r, method="dense", mixed=True)
+    U, s, V = top_singular(C, r, method="dense", factors=factors)
+    return TruncationSpectra(eigenvalues=eta, eigenvectors=Q, singular_values=s, left=U, right=V)
+
+
+def truncation_losses(
+    C: np.ndarray, M_test: np.ndarray, ranks: Sequence[int], *, spectra: TruncationSpectra | None = None
+) -> TruncationLosses:
     r"""``L_s`` and ``L_d`` of the rank-r truncations of ``C`` for every rank, from one
-    full eigendecomposition and one full SVD.
+    top-r eigendecomposition and one top-r SVD (r = the largest rank asked).
 
     With :math:`\mathrm{sym}(C) = \sum_j \eta_j q_j q_j^\top` (descending) and
     :math:`C = \sum_j s_j u_j v_j^\top`,
@@ -111,6 +156,7 @@ def truncation_losses(C: np.ndarray, M_test: np.ndarray, ranks: Sequence[int]) -
     C : (p, p) training relevance moment.
     M_test : (p, p) held-out target moment.
     ranks : ranks r, each in [1, p].
+    spectra : :func:`truncation_spectra` of ``C`` (at least the largest rank), when known.
     """
     C = as_float_matrix(C, "C")
     check_square(C, "C")
@@ -120,12 +166,16 @@ def truncation_losses(C: np.ndarray, M_test: np.ndarray, ranks: Sequence[int]) -
     rs = np.asarray([check_rank(r, p) for r in ranks], dtype=np.int64)
     if rs.size == 0:
         raise ValueError("ranks: expected at least one rank")
-    eta, Q = np.linalg.eigh(sym(C))
-    eta, Q = eta[::-1], Q[:, ::-1]
+    top = int(rs.max())
+    if spectra is None:
+        spectra = truncation_spectra(C, top)
+    elif spectra.rank < top or spectra.eigenvectors.shape[0] != p:
+        raise ValueError(f"spectra: expected the top {top} pairs of a ({p}, {p}) moment, got rank {spectra.rank}")
+    eta, Q = spectra.eigenvalues[:top], spectra.eigenvectors[:, :top]
+    s, U, V = spectra.singular_values[:top], spectra.left[:, :top], spectra.right[:, :top]
     eta_plus = np.maximum(eta, 0.0)
-    qTq = np.einsum("ij,ij->j", Q, sym(T) @ Q)
-    U, s, Vt = np.linalg.svd(C)
-    uTv = np.einsum("ij,ji->i", U.T @ T, Vt.T)
+    qTq = np.einsum("ij,ij->j", Q, T @ Q)  # q^T T q = q^T sym(T) q
+    uTv = np.einsum("ij,ij->j", U, T @ V)
     cum_s = np.concatenate([[0.0], np.cumsum(eta_plus**2 - 2.0 * eta_plus * qTq)])
     cum_d = np.concatenate([[0.0], np.cumsum(s**2 - 2.0 * s * uTv)])
     shared = (cum_s[rs] + t2) / t2

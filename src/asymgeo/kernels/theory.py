@@ -224,7 +224,8 @@ def estimate_moment_noise(X: np.ndarray, D: np.ndarray) -> float:
 
 
 def sure_statistic(
-    X: np.ndarray, D: np.ndarray, rank: int, *, sigma: float | None = None, solver: str = "auto"
+    X: np.ndarray, D: np.ndarray, rank: int, *, sigma: float | None = None, solver: str = "auto",
+    eigen: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[SureResult, float]:
     r"""The SURE rule (eq. 4) plugged in at training triples: returns ``(result, sigma)``.
 
@@ -242,6 +243,8 @@ def sure_statistic(
     rank : int, 1 <= rank <= p.
     sigma : known noise scale > 0, or None to estimate it.
     solver : {"auto", "dense", "krylov"} eigen-solver for :math:`\mathrm{sym}(\widehat C)`.
+    eigen : ``(values, vectors)``, the top-r (or more, descending) eigenpairs of
+        :math:`\mathrm{sym}(\widehat C)` when already known (``solver`` is then unused).
 
     Raises
     ------
@@ -255,7 +258,14 @@ def sure_statistic(
     sigma = float(sigma) if sigma is not None else estimate_moment_noise(X, D)
     if sigma <= 0:
         raise ValueError("sigma: the moment has zero estimated noise; pass sigma explicitly")
-    eta, U = top_eigen(sym(C), rank, method=solver)
+    if eigen is not None:
+        eta, U = np.asarray(eigen[0], dtype=np.float64), np.asarray(eigen[1], dtype=np.float64)
+        if eta.ndim != 1 or U.shape != (p, eta.size) or eta.size < rank:
+            raise ValueError(f"eigen: expected the top {rank} eigenpairs of a ({p}, {p}) moment, "
+                             f"got values {eta.shape} and vectors {U.shape}")
+        eta, U = eta[:rank], U[:, :rank]
+    else:
+        eta, U = top_eigen(sym(C), rank, method=solver)
     if np.any(eta <= 0):
         raise ValueError(
             f"rank: the symmetric moment has only {int(np.sum(eta > 0))} positive eigenvalues, "

@@ -482,13 +482,27 @@ def _search_faiss(Q: np.ndarray, corpus: np.ndarray, k: int, index: Any) -> Sear
 
 
 # --------------------------------------------------------------------------- public
+def _cuda_device_present() -> bool:
+    """False only when CUDA certainly is not there: on Linux, no ``/dev/nvidia*`` device node
+    (torch not imported yet).  Elsewhere, or with torch already imported, True: ask torch."""
+    import sys
+
+    if "torch" in sys.modules or not sys.platform.startswith("linux"):
+        return True
+    import glob
+
+    return bool(glob.glob("/dev/nvidia*"))
+
+
 def _resolve(backend: str, device: str) -> tuple[str, str]:
     if backend not in _BACKENDS:
         raise ValueError(f"backend: expected one of {_BACKENDS}, got {backend!r}")
     if not isinstance(device, str):
         raise TypeError(f"device: expected a string such as 'auto', 'cpu' or 'cuda', got {device!r}")
     cuda = False
-    if device == "auto" or device.startswith("cuda") or backend in ("auto", "torch"):
+    if backend == "auto" and device == "auto" and not _cuda_device_present():
+        pass  # no NVIDIA device node: CUDA cannot be available, and importing torch costs ~1 s
+    elif device == "auto" or device.startswith("cuda") or backend in ("auto", "torch"):
         try:
             import torch
 
