@@ -1,8 +1,9 @@
-"""CUDA code paths: exact search on the GPU and adapter training on the GPU.
+"""CUDA code paths: exact search, adapter training and the batched CARS selector on the GPU.
 
 These need a CUDA GPU and are skipped without one (the CI machines have none; the paths are
 checked on a lent GPU machine, see docs/gpu.md).  Expected values come from numpy on the CPU:
-brute-force float64 ranking for search, and the CPU training run for the adapter.
+brute-force float64 ranking for search, the CPU training run for the adapter, and the numpy
+path of ``cars_score(device="cpu")`` for CARS.
 """
 
 from __future__ import annotations
@@ -85,3 +86,60 @@ def test_adapter_trains_on_cuda_by_default_and_agrees_with_cpu():
     losses_cpu = [h["loss"] for h in cpu.history_ if h.get("loss") is not None]
     np.testing.assert_allclose(losses_gpu, losses_cpu, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(gpu.operator_, cpu.operator_, rtol=1e-3, atol=1e-3)
+
+
+def _assert_cars_equal(res, ref, rtol=1e-8):
+    scale = max(np.abs(ref.agreement).max(), np.abs(ref.disagreement).max())
+    np.testing.assert_allclose(res.agreement, ref.agreement, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(res.disagreement, ref.disagreement, rtol=rtol, atol=rtol * scale)
+    assert res.score == pytest.approx(ref.score, rel=rtol, abs=rtol * scale)
+    assert res.corrected_distance == pytest.approx(ref.corrected_distance, rel=rtol, abs=rtol * scale)
+    assert res.raw_distance == pytest.approx(ref.raw_distance, rel=rtol)
+    assert res.choice == ref.choice
+
+
+def test_cars_auto_takes_the_batched_gpu_path_on_real_nfcorpus_mpnet(shared_dir, record_property):
+    """``cars_score(device="auto")`` on CUDA: the batched float64 torch path answers (every
+    half and the full moment counted ``batched:torch``) and equals the numpy path to 1e-8
+    relative on the NFCorpus MPNet training triples (p = 768, r = 16, L = 20).  Prints both
+    times (run with ``-s``; also recorded as junit properties)."""
+    import time
+
+    from asymgeo import cars_score
+    from asymgeo.data import load_triples
+    from asymgeo.linalg.lowrank import path_counts, reset_path_counts
+
+    t = load_triples("nfcorpus", "all-mpnet-base-v2", data_dir=shared_dir / "data",
+                     cache_dir=shared_dir / "embeddings")
+    X, Yp, Yn = (np.asarray(a, dtype=np.float64) for a in t.arrays())
+    kw = dict(rank=16, n_splits=20, seed=0)
+    times = {}
+    for label in ("gpu_first", "gpu"):  # the first call pays CUDA and cuSOLVER start-up
+        reset_path_counts()
+        start = time.perf_counter()
+        gpu = cars_score(X, Yp, Yn, device="auto", **kw)
+        times[label] = time.perf_counter() - start
+        assert path_counts().get("batched:torch") == 2 * 20 + 1
+    reset_path_counts()
+    start = time.perf_counter()
+    cpu = cars_score(X, Yp, Yn, device="cpu", **kw)
+    times["cpu"] = time.perf_counter() - start
+    assert not any(k.startswith("batched:") for k in path_counts())
+    _assert_cars_equal(gpu, cpu)
+    print(f"\nCARS NFCorpus MPNet n={X.shape[0]} p={X.shape[1]} r=16 L=20 on {torch.cuda.get_device_name()}: "
+          f"GPU {times['gpu']:.3f} s (first call {times['gpu_first']:.3f} s), CPU path {times['cpu']:.3f} s")
+    for label, seconds in times.items():
+        record_property(f"cars_seconds_{label}", round(seconds, 4))
+
+
+def test_cars_on_cuda_with_ragged_splits_and_selector_equals_cpu():
+    from asymgeo import cars_score
+
+    rng = np.random.default_rng(4)
+    n, p = 301, 96
+    X = rng.standard_normal((n, p))
+    Yp = X @ (np.eye(p) + 0.5 * rng.standard_normal((p, p))) + rng.standard_normal((n, p))
+    Yn = rng.standard_normal((n, p))
+    splits = [(np.arange(0, 100), np.arange(100, 301)), (np.arange(0, 150, 2), np.arange(1, 280, 2))]
+    for kw in (dict(n_splits=6, seed=1), dict(splits=splits), dict(n_splits=4, seed=2, selector_dim=48)):
+        _assert_cars_equal(cars_score(X, Yp, Yn, 6, device="cuda", **kw), cars_score(X, Yp, Yn, 6, device="cpu", **kw))

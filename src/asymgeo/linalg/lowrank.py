@@ -49,9 +49,9 @@ _COUNTS: Counter[str] = Counter()
 _COUNTS_LOCK = threading.Lock()
 
 
-def _count(path: str) -> None:
+def _count(path: str, times: int = 1) -> None:
     with _COUNTS_LOCK:
-        _COUNTS[path] += 1
+        _COUNTS[path] += times
 
 
 def path_counts() -> dict[str, int]:
@@ -60,7 +60,9 @@ def path_counts() -> dict[str, int]:
     Keys: ``"singular:<path>"`` and ``"eigen:<path>"`` with ``<path>`` one of ``thin``,
     ``krylov``, ``gram`` (certified subset eigh of ``C^T C``), ``subset``, ``full``
     (a full LAPACK decomposition, including every fallback) and, for Krylov attempts
-    that did not certify, ``krylov_failed``.
+    that did not certify, ``krylov_failed``.  The batched torch path of CARS
+    (:mod:`.batched`) counts ``"batched:torch"`` once per truncated moment and
+    ``"batched:singular_full"`` for each of those whose Gram-route SVD did not certify.
     """
     with _COUNTS_LOCK:
         return dict(_COUNTS)
