@@ -338,6 +338,12 @@ def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(share
     assert counts.get("eigen:mixed") == 2 * len(splits) + 1  # every half and the full moment
     assert counts.get("singular:thin") == 2 * len(splits) + 1
     assert counts.get("singular:full", 0) == 0 and counts.get("eigen:full", 0) == 0
+    # the accelerations ran: each half's Gram blocks were cut from the full-data Gram matrices
+    # and its float32 symmetric part handed to the solver (formed by ssyr2k, or by complement),
+    # not recomputed inside the solvers (only the full-data moment forms its own)
+    inputs = path_counts(inputs=True)
+    assert inputs.get("thin:grams_given") == 2 * len(splits) and inputs.get("thin:grams_formed") == 1
+    assert inputs.get("mixed:float32_given") == 2 * len(splits) and "mixed:float32_formed" not in inputs
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))
 
 

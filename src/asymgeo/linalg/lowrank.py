@@ -49,12 +49,20 @@ _COUNTS: Counter[str] = Counter()
 _COUNTS_LOCK = threading.Lock()
 
 
+_INPUTS: Counter[str] = Counter()
+
+
 def _count(path: str, times: int = 1) -> None:
     with _COUNTS_LOCK:
         _COUNTS[path] += times
 
 
-def path_counts() -> dict[str, int]:
+def _count_input(what: str) -> None:
+    with _COUNTS_LOCK:
+        _INPUTS[what] += 1
+
+
+def path_counts(*, inputs: bool = False) -> dict[str, int]:
     """How often each solver path answered since the last :func:`reset_path_counts`.
 
     Keys: ``"singular:<path>"`` and ``"eigen:<path>"`` with ``<path>`` one of ``thin``,
@@ -63,15 +71,22 @@ def path_counts() -> dict[str, int]:
     that did not certify, ``krylov_failed``.  The batched torch path of CARS
     (:mod:`.batched`) counts ``"batched:torch"`` once per truncated moment and
     ``"batched:singular_full"`` for each of those whose Gram-route SVD did not certify.
+    ``inputs=True`` counts what the solvers were given instead of which path answered:
+    ``"thin:grams_given"`` / ``"thin:grams_formed"`` (a thin-factor SVD
+    attempt that used precomputed Gram blocks, or formed them) and ``"mixed:float32_given"`` /
+    ``"mixed:float32_formed"`` (a mixed-precision eigensolve of a moment's factors with its
+    float32 symmetric part passed in, or formed by ``ssyr2k``): CARS's accelerations, which
+    change the cost and never the answer, are proved to run by these.
     """
     with _COUNTS_LOCK:
-        return dict(_COUNTS)
+        return dict(_INPUTS if inputs else _COUNTS)
 
 
 def reset_path_counts() -> None:
-    """Set every counter of :func:`path_counts` back to zero."""
+    """Set every counter of :func:`path_counts` (both kinds) back to zero."""
     with _COUNTS_LOCK:
         _COUNTS.clear()
+        _INPUTS.clear()
 
 # A subset eigensolver computes r of p eigenvectors; above about p/3 a full syevd is as cheap.
 _SUBSET_MAX_FRACTION = 1.0 / 3.0
@@ -145,6 +160,7 @@ def _thin_core(
     """Uncertified top-r SVD of ``scale * A^T B`` from a pivoted-Cholesky basis of A's rows."""
     from scipy.linalg import solve_triangular
 
+    _count_input("thin:grams_given" if grams is not None else "thin:grams_formed")
     basis = _pivoted_basis(A @ A.T if grams is None else grams[0])
     if basis is None or basis[2] <= r:
         return None
@@ -525,6 +541,9 @@ def top_sym_eigen(
         if S32 is None:
             S32 = lapack.ssyr2k_lower(c / 2.0, A.astype(np.float32), B.astype(np.float32))
             overwrite = True
+            _count_input("mixed:float32_formed")
+        else:
+            _count_input("mixed:float32_given")
 
         def apply(W: np.ndarray) -> np.ndarray:
             out = A.T @ (B @ W)
