@@ -436,3 +436,203 @@ def test_cache_of_other_encoder_settings_is_refused(seven, tmp_path, change):
     with pytest.raises(ValueError, match=r"stale cache|encoder"):
         load_embeddings(load_beir(seven), other, cache_dir=tmp_path)
     load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)  # the settings it was built with pass
+
+
+class InfoEncoder(FakeEncoder):
+    """A FakeEncoder that describes itself as sentence-transformers encoders do (``info()``)."""
+
+    def info(self):
+        return {"package_version": "9.9.9", "model_path": "/models/fake", "dimension": 99, "device": "cpu (test)",
+                "batch_size": 4}
+
+
+def test_meta_json_has_the_published_layout(seven, tmp_path, shared_dir):
+    # the independent reference: the shipped caches' meta.json (written outside asymgeo, see
+    # ../shared/embeddings/*/*/meta.json): every field both record has the same name and type
+    shipped = json.loads((shared_dir / "embeddings" / "scifact" / "all-MiniLM-L6-v2" / "meta.json").read_text())
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=InfoEncoder(), progress=False, command="embed x")
+    meta = json.loads((emb.path / "meta.json").read_text())
+    common = {"model_name", "source", "dimension", "prefixes", "document_text", "max_tokens", "normalised", "dtype",
+              "shapes", "row_order", "python_version", "numpy_version", "date", "encode_wall_seconds"}
+    assert common <= set(shipped) and common <= set(meta)
+    for key in common:
+        assert type(meta[key]) is type(shipped[key]), key
+    assert set(meta["source"]) == set(shipped["source"]) == {"package", "version", "model_path"}
+    assert set(meta["prefixes"]) == {"query", "document"} and set(meta["shapes"]) == {"corpus", "queries"}
+    assert meta["row_order"] == shipped["row_order"] and meta["dtype"] == shipped["dtype"] == "float16"
+    # the values of this cache, by hand
+    assert meta["format"] == "asymgeo-embeddings/1"          # the format name readers check
+    assert meta["model_name"] == "fake/model" and meta["encoder"] == "fake-enc"
+    assert meta["source"] == {"package": SPEC.package, "version": "9.9.9", "model_path": "/models/fake"}
+    assert meta["dimension"] == 6 and meta["shapes"] == {"corpus": [7, 6], "queries": [5, 6]}
+    assert meta["prefixes"] == {"query": "Q: ", "document": "D: "}
+    assert meta["document_text"] == 'document_prefix + title + " " + text if title non-empty else document_prefix + text'
+    assert meta["max_tokens"] == 256 and meta["normalised"] is True and meta["chunk_size"] == 2048
+    assert meta["dataset"] == {"name": "seven", "path": str(seven.resolve())}
+    assert set(meta["encode_wall_seconds"]) == {"queries", "corpus"}
+    assert meta["command"] == "embed x"
+    assert meta["device"] == "cpu (test)" and meta["batch_size"] == 4   # the encoder's own facts are kept
+    import sys as _sys
+
+    assert meta["python_version"] == _sys.version.split()[0] and meta["numpy_version"] == np.__version__
+    assert meta["date"][:4].isdigit() and meta["date"].endswith("+00:00")
+    assert set(meta["fingerprint"]["files"]) == {"corpus_ids.txt", "query_ids.txt"}
+
+
+def _edit_lines(path, edit):
+    lines = path.read_text().splitlines()
+    edit(lines)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _swap12(lines):
+    lines[1], lines[2] = lines[2], lines[1]
+
+
+def _drop_fingerprint(emb):
+    meta = json.loads((emb.path / "meta.json").read_text())
+    del meta["fingerprint"]
+    (emb.path / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("case", ["n_queries", "doc_order", "query_order", "doc_text", "query_text",
+                                  "query_id_file", "legacy_query_line", "legacy_query_count", "prefix"])
+def test_every_refusal_names_what_changed_and_how_to_rebuild(seven, tmp_path, case):
+    # the whole message, written out by hand for each difference verify_cache looks for
+    import dataclasses
+
+    from asymgeo.data import verify_cache
+
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    hint = f"rebuild it with `asymgeo embed {seven} --encoder fake-enc --overwrite`"
+    stale = f"{emb.path}: stale cache, the {{}} of {seven} changed since it was encoded"
+    spec = SPEC
+    if case == "n_queries":
+        _edit_lines(seven / "queries.jsonl", lambda ls: ls.pop())
+        want = stale.format("number of queries") + f" (5 in the cache, 4 now); {hint}"
+    elif case == "doc_order":
+        _edit_lines(seven / "corpus.jsonl", _swap12)
+        want = stale.format("document ids or their order") + f"; {hint}"
+    elif case == "query_order":
+        _edit_lines(seven / "queries.jsonl", _swap12)
+        want = stale.format("query ids or their order") + f"; {hint}"
+    elif case == "doc_text":
+        (seven / "corpus.jsonl").write_text((seven / "corpus.jsonl").read_text().replace('"text 2"', '"other"'))
+        want = stale.format("document texts") + f"; {hint}"
+    elif case == "query_text":
+        (seven / "queries.jsonl").write_text((seven / "queries.jsonl").read_text().replace('"ask 3"', '"asked"'))
+        want = stale.format("query texts") + f"; {hint}"
+    elif case == "query_id_file":
+        _edit_lines(emb.path / "query_ids.txt", _swap12)
+        want = f"{emb.path / 'query_ids.txt'}: changed since the cache was written (checksum differs); {hint}"
+    elif case == "legacy_query_line":
+        _drop_fingerprint(emb)
+        _edit_lines(emb.path / "query_ids.txt", _swap12)
+        want = (f"{emb.path / 'query_ids.txt'}, line 2: id 'q2' but {seven / 'queries.jsonl'} has 'q1' there "
+                f"(rows would be scored as the wrong queries); {hint}")
+    elif case == "legacy_query_count":
+        _drop_fingerprint(emb)
+        _edit_lines(seven / "queries.jsonl", lambda ls: ls.pop())
+        want = f"{emb.path / 'query_ids.txt'}: 5 ids but {seven / 'queries.jsonl'} has 4 queries; the cache is stale, {hint}"
+    else:
+        spec = dataclasses.replace(SPEC, query_prefix="query: ")
+        want = (f"{emb.path}: encoded with encoder setting prefixes = {{'query': 'Q: ', 'document': 'D: '}}, "
+                f"but fake-enc now has {{'query': 'query: ', 'document': 'D: '}}; {hint}")
+    with pytest.raises(ValueError) as err:
+        load_embeddings(load_beir(seven), spec, cache_dir=tmp_path)
+    assert str(err.value) == want
+    cache = load_embeddings(load_beir(seven), spec, cache_dir=tmp_path, verify=False)
+    with pytest.raises(ValueError) as err2:  # verify_cache says the same when called directly
+        verify_cache(cache, load_beir(seven), spec)
+    assert str(err2.value) == want
+
+
+def test_write_embeddings_checks_shapes_builds_beside_and_refreshes_the_id_digests(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    C, Q = rng.standard_normal((4, 3)), rng.standard_normal((2, 3))
+    dest = tmp_path / "deep" / "er" / "enc"                       # parents are created
+    cases = [
+        (C[0], ["a", "b", "c", "d"], Q, "corpus: expected shape (4, p), got (3,)"),
+        (C, ["a", "b", "c"], Q, "corpus: expected shape (3, p), got (4, 3)"),
+        (C, ["a", "b", "c", "d"], Q[0], "queries: expected shape (2, 3), got (3,)"),
+        (C, ["a", "b", "c", "d"], Q[:, :2], "queries: expected shape (2, 3), got (2, 2)"),
+    ]
+    for corpus, cids, queries, message in cases:
+        with pytest.raises(ValueError) as err:
+            write_embeddings(dest, corpus, cids, queries, ["q1", "q2"], {})
+        assert str(err.value) == message
+    assert not (tmp_path / "deep").exists()                      # nothing written on bad input
+    builds: list = []
+    import tempfile as _tempfile
+
+    real = _tempfile.mkdtemp
+    monkeypatch.setattr(_tempfile, "mkdtemp", lambda **kw: builds.append(kw) or real(**kw))
+    stale_fp = {"dataset": {"n_corpus": 4}, "files": {"corpus_ids.txt": "old", "query_ids.txt": "old"}}
+    out = write_embeddings(dest, C, ["a", "b", "c", "d"], Q, ["q1", "q2"], {"fingerprint": stale_fp})
+    assert out == dest and builds and builds[0]["dir"] == dest.parent   # built beside it: one rename away
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["enc"]     # and the build folder is gone
+    meta = json.loads((dest / "meta.json").read_text())
+    assert meta["format"] == "asymgeo-embeddings/1" and meta["dtype"] == "float16" and meta["dimension"] == 3
+    assert meta["shapes"] == {"corpus": [4, 3], "queries": [2, 3]}
+    assert meta["fingerprint"]["dataset"] == {"n_corpus": 4}
+    assert meta["fingerprint"]["files"] == {                    # digests of the files as written
+        "corpus_ids.txt": hashlib.sha256(b"a\nb\nc\nd\n").hexdigest(),
+        "query_ids.txt": hashlib.sha256(b"q1\nq2\n").hexdigest()}
+    kept = write_embeddings(tmp_path / "k", C, list("abcd"), Q, ["q1", "q2"], {"format": "custom/9"})
+    assert json.loads((kept / "meta.json").read_text())["format"] == "custom/9"   # a caller's format is kept
+    assert "fingerprint" not in json.loads((kept / "meta.json").read_text())
+
+
+class NaNEncoder(FakeEncoder):
+    """Returns a non-finite vector for one text, or switches dimension after the first call."""
+
+    def __init__(self, bad_text=None, shrink=False):
+        super().__init__()
+        self.bad_text, self.shrink = bad_text, shrink
+
+    def encode(self, texts):
+        out = super().encode(texts)
+        if self.bad_text in texts:
+            out[texts.index(self.bad_text), 2] = np.nan
+        if self.shrink and len(self.calls) > 1:
+            out = out[:, :5]
+        return out
+
+
+def test_encoder_faults_are_named_with_the_row(seven, tmp_path):
+    # chunk_size 3: "D: text 4" is corpus row 4, the second row of the second chunk
+    with pytest.raises(ValueError) as err:
+        encode_dataset(seven, SPEC, cache_dir=tmp_path, model=NaNEncoder(bad_text="D: text 4"), chunk_size=3,
+                       progress=False)
+    assert str(err.value) == "encoder 'fake-enc': non-finite embedding for corpus row 4"
+    with pytest.raises(ValueError) as err:
+        encode_dataset(seven, SPEC, cache_dir=tmp_path / "b", model=NaNEncoder(shrink=True), chunk_size=3,
+                       progress=False)
+    assert str(err.value) == "encoder 'fake-enc': dimension changed from 6 to 5"
+
+
+@pytest.mark.parametrize("damage", ["meta_list", "short_queries", "short_corpus", "int_arrays", "meta_shapes"])
+def test_damaged_cache_folder_is_refused_with_the_exact_reason(seven, tmp_path, damage):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    p = emb.path
+    if damage == "meta_list":
+        (p / "meta.json").write_text("[]")
+        want = f"{p / 'meta.json'}: expected a JSON object"
+    elif damage == "short_queries":
+        np.save(p / "queries.npy", np.load(p / "queries.npy")[:4])
+        want = f"{p / 'queries.npy'}: 4 rows but query_ids.txt has 5 ids"
+    elif damage == "short_corpus":
+        np.save(p / "corpus.npy", np.load(p / "corpus.npy")[:6])
+        want = f"{p / 'corpus.npy'}: 6 rows but corpus_ids.txt has 7 ids"
+    elif damage == "int_arrays":
+        np.save(p / "queries.npy", np.ones((5, 6), dtype=np.int64))
+        want = f"{p}: expected floating arrays, got float16 / int64"
+    else:
+        meta = json.loads((p / "meta.json").read_text())
+        meta["shapes"]["corpus"] = [8, 6]
+        (p / "meta.json").write_text(json.dumps(meta))
+        want = f"{p / 'meta.json'}: shapes.corpus = [8, 6] but corpus.npy has shape [7, 6]"
+    for mmap in (True, False):
+        with pytest.raises(ValueError) as err:
+            load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path, mmap=mmap)
+        assert str(err.value) == want
