@@ -550,8 +550,12 @@ def test_select_validate_passes_selector_dim_and_seed_through(capsys):
     got.pop("seconds")
     cells = got.pop("cells")
     acc = got.pop("accuracy")
+    assert got.pop("selector") == "cars"
+    assert got["regret"].pop("selector") == got["regret"]["cars"] and acc.pop("selector") == acc["cars"]
     assert got["selector_dim"] == 64 and got["seed"] == 3
-    assert _json.loads(_json.dumps(want.as_dict(), default=float)) == got
+    want_dict = _json.loads(_json.dumps(want.as_dict(), default=float))
+    assert want_dict.pop("accuracy") == acc
+    assert want_dict == got
     # the fixed rules' accuracies, by hand from the held-out losses: within each fold, then over folds
     folds = sorted({c["fold"] for c in want.cells})
     shared_acc = sum(sum(c["loss_shared"] <= c["loss_dual"] for c in want.cells if c["fold"] == f)
@@ -642,5 +646,45 @@ def test_select_with_the_cross_validated_risk_selector(capsys):
     want = cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, 4, folds=5, seed=0)
     assert got["selector"] == "cv" and got["choice"] == want.choice
     assert got["cv"]["score"] == pytest.approx(want.score, rel=1e-9)
-    assert "cv" in got["validation"]["accuracy"] and "cv" in got["validation"]["regret"]
+    v = got["validation"]
+    assert v["selector"] == "cv"
+    assert v["accuracy"]["selector"] == v["accuracy"]["cv"] and v["regret"]["selector"] == v["regret"]["cv"]
+    # the named selector's accuracy and regret by hand from the cells: within each fold, then over folds
+    folds = sorted({c["fold"] for c in v["cells"]})
+    by = {f: [c for c in v["cells"] if c["fold"] == f] for f in folds}
+    win = {f: ["dual" if c["loss_dual"] < c["loss_shared"] else "shared" for c in by[f]] for f in folds}
+    acc = sum(sum(c["cv_choice"] == w for c, w in zip(by[f], win[f])) / len(by[f]) for f in folds) / len(folds)
+    reg = sum(sum((c["loss_dual"] if c["cv_choice"] == "dual" else c["loss_shared"])
+                  - min(c["loss_dual"], c["loss_shared"]) for c in by[f]) / len(by[f]) for f in folds) / len(folds)
+    assert v["accuracy"]["cv"] == pytest.approx(acc) and v["regret"]["cv"] == pytest.approx(reg)
     assert "cross-validated risk" in got["verdict"]
+
+
+def test_select_validate_plot_draws_the_cells(capsys, tmp_path):
+    """--plot draws held-out L_s - L_d and each selector's choices from the validation cells."""
+    import json as _json
+
+    from asymgeo.estimators.plots import validation_curves
+
+    png = tmp_path / "out" / "check.png"
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--validate",
+            "--folds", "2", "--json", "--plot", str(png), *_shared_args()]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    got = _json.loads(out)
+    assert got["plot"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cells = got["validation"]["cells"]
+    cur = validation_curves(cells)
+    sizes = sorted({c["size"] for c in cells})
+    assert cur["sizes"] == sizes
+    for m, mean, share in zip(sizes, cur["mean"], cur["dual_share"]["cars"], strict=True):
+        at = [c for c in cells if c["size"] == m]
+        assert mean == pytest.approx(sum(c["loss_shared"] - c["loss_dual"] for c in at) / len(at))
+        assert share == sum(c["cars_choice"] == "dual" for c in at) / len(at)
+    assert set(cur["dual_share"]) == {"held-out", "cars", "sure"}
+    # refused before any work: without --validate, not a .png, a folder that cannot take the file
+    for bad, message in ((["--plot", str(tmp_path / "x.png")], "add --validate"),
+                         (["--validate", "--plot", str(tmp_path / "x.svg")], "expected a .png"),
+                         (["--validate", "--plot", str(png.parent)], "--plot")):
+        code, out, err = _run(capsys, ["select", "scifact", "--rank", "4", *bad, *_shared_args()])
+        assert code == 2 and message in err and "Traceback" not in err

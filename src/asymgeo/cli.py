@@ -163,6 +163,8 @@ def _add_select(sub):
                         "mean term, identical for both geometries as a fixed bias, left out)")
     p.add_argument("--folds", type=int, default=None,
                    help="held-out folds of --validate (default 5; each must hold at least 32 queries)")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="with --validate: draw held-out L_s - L_d against n and each selector's choices (PNG)")
     p.set_defaults(func=_run_select)
     return p
 
@@ -182,6 +184,15 @@ def _check_select_args(args) -> None:
         args.folds = 5
     if args.validate and args.folds < 2:
         raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
+    if getattr(args, "plot", None):
+        if not args.validate:
+            raise ValueError("--plot: draws the held-out check; add --validate")
+        if not str(args.plot).lower().endswith(".png"):
+            raise ValueError(f"--plot: {args.plot}: expected a .png file name")
+        from ._atomic import check_writable_parent
+
+        check_writable_parent(args.plot, "--plot")
+        _check_plot_folder(args.plot, "nothing was computed")
 
 
 def _run_select(args) -> int:
@@ -230,6 +241,7 @@ def _run_select(args) -> int:
     moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
+    _plot_select_validation(args, tr, validation)
     verdict = select_verdict(choice, validation, selector=args.selector)
     mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
                  "centred": bool(args.centred), "other_choice": other.choice,
@@ -241,6 +253,8 @@ def _run_select(args) -> int:
                "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
+            if getattr(args, "plot", None):
+                out["plot"] = str(args.plot)
         _print_json(out)
         return 0
     print(f"verdict: {verdict}")
@@ -256,6 +270,8 @@ def _run_select(args) -> int:
     print(f"approximation gap of the training moment: {gap.gap:.6g} (shared {gap.shared_error:.6g}, dual {gap.dual_error:.6g})")
     if validation is not None:
         _print_validation(validation)
+        if getattr(args, "plot", None):
+            print(f"plot: {args.plot}")
     return 0
 
 
@@ -292,10 +308,17 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
             f"{100 * acc['cars']:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
 
 
+def _plot_select_validation(args, tr, validation: dict | None) -> None:
+    if validation is None or not getattr(args, "plot", None):
+        return
+    from .estimators.plots import plot_validation
+
+    plot_validation(validation["cells"], args.plot, title=f"{tr.dataset} / {tr.encoder}, rank {args.rank}"
+                    f"{' (centred)' if args.centred else ''}: held-out check")
+
+
 def _select_validation(args, tr) -> dict:
     import time
-
-    import numpy as np
 
     from .estimators.validation import validate_selection
 
@@ -304,18 +327,12 @@ def _select_validation(args, tr) -> dict:
                            selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,
                            centred=bool(getattr(args, "centred", False)), progress=None,
                            cv_folds=5 if getattr(args, "selector", "cars") == "cv" else 0)
-    # the fixed rules' accuracies, averaged like CARS's: within each fold, then over folds
-    by_fold: dict[int, list[bool]] = {}
-    for c in v.cells:
-        by_fold.setdefault(int(c["fold"]), []).append(c["loss_shared"] <= c["loss_dual"])
-    shared_acc = float(np.mean([np.mean(f) for f in by_fold.values()])) if by_fold else float("nan")
-    accuracy = {"cars": v.cars_accuracy, "shared": shared_acc, "dual": 1.0 - shared_acc}
-    if any("cv_choice" in c for c in v.cells):
-        accuracy["cv"] = float(np.mean([np.mean([(c["cv_choice"] == "dual") == (c["loss_dual"] < c["loss_shared"])
-                                                 for c in v.cells if int(c["fold"]) == f]) for f in by_fold]))
-    return {**v.as_dict(), "accuracy": accuracy,
-            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "cv_choice", "loss_shared",
-                                         "loss_dual")
+    selector = getattr(args, "selector", "cars")
+    accuracy = {**v.accuracy, "selector": v.accuracy[selector]}  # every rule's, within folds then over folds
+    regret = {**v.regret, "selector": v.regret[selector]}
+    return {**v.as_dict(), "accuracy": accuracy, "regret": regret, "selector": selector,
+            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "sure_choice", "cv_choice",
+                                         "loss_shared", "loss_dual")
                        if k in c} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -565,8 +582,8 @@ def _run_fit(args) -> int:
     return 0
 
 
-def _check_plot_folder(path: str) -> None:
-    """The folder of ``--plot`` exists (or can be made) and takes a file: found before training."""
+def _check_plot_folder(path: str, what: str = "nothing was trained") -> None:
+    """The folder of ``--plot`` exists (or can be made) and takes a file: found before the work."""
     import tempfile
     from pathlib import Path
 
@@ -576,7 +593,7 @@ def _check_plot_folder(path: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".asymgeo-plot-", suffix=".tmp"):
             pass
     except OSError as exc:
-        raise ValueError(f"--plot: {path}: cannot write in {folder} ({exc.strerror or exc}); nothing was trained") from None
+        raise ValueError(f"--plot: {path}: cannot write in {folder} ({exc.strerror or exc}); {what}") from None
 
 
 def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed section by section

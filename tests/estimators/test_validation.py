@@ -247,3 +247,17 @@ def test_sure_cell_equals_the_estimator_rule():
     # fewer positive eigenvalues than the rank: the rule does not apply, shared, no score
     choice, score = fv._sure_choice(X, -np.abs(D) * 0 - X, 3)
     assert choice == "shared" and np.isnan(score)
+
+
+def test_summarise_cells_accuracy_of_every_rule_by_hand():
+    rows = [
+        _row(0, 32, 1.0, 1.5, "shared", sure="dual"),     # shared wins: cars right, sure wrong
+        _row(0, 64, 1.0, 0.8, "shared", sure="dual"),     # dual wins: cars wrong, sure right
+        _row(0, 128, 1.0, 0.9, "dual", sure="dual"),      # dual wins: both right
+        _row(1, 32, 1.0, 1.0, "dual", sure="shared"),     # tie -> shared: cars wrong, sure right
+    ]
+    s = fv.summarise_cells(rows)
+    assert s["accuracy"]["cars"] == pytest.approx((2 / 3 + 0) / 2) == s["cars_accuracy"]
+    assert s["accuracy"]["sure"] == pytest.approx((2 / 3 + 1) / 2)
+    assert s["accuracy"]["shared"] == pytest.approx((1 / 3 + 1) / 2)
+    assert s["accuracy"]["dual"] == pytest.approx((2 / 3 + 0) / 2)

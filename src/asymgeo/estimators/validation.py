@@ -310,12 +310,18 @@ def _winner(row: dict[str, Any]) -> str:
     return "dual" if row["loss_dual"] < row["loss_shared"] else "shared"  # ties to shared
 
 
+def _rule_choice(row: dict[str, Any], rule: str) -> str:
+    """The family a rule picks in a cell (the fixed rules pick themselves)."""
+    return rule if rule in ("shared", "dual") else str(row[f"{rule}_choice"])
+
+
 def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Table 1 aggregates of the cells of several folds (one dataset, encoder, variant).
 
     Accuracy and regret are averaged over cells within each fold, then over folds.
-    Returns ``cars_accuracy``, ``regret`` (per rule), ``reduction`` (1 - CARS regret / the
-    better fixed rule's regret; NaN when that is 0), ``fold_wins`` (folds where CARS's mean
+    Returns ``cars_accuracy``, ``accuracy`` (per rule: the fraction of cells whose choice names
+    the lower held-out loss, ties to shared; the fixed rules' included), ``regret`` (per rule),
+    ``reduction`` (1 - CARS regret / the better fixed rule's regret; NaN when that is 0), ``fold_wins`` (folds where CARS's mean
     regret is strictly below both fixed rules'), ``folds`` (per-fold figures) and
     ``per_size`` (per training size: how many folds chose dual, how many held-out winners
     were dual, accuracy and mean regrets).
@@ -328,19 +334,23 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         by_fold.setdefault(int(row["fold"]), []).append(row)
     folds: list[dict[str, Any]] = []
     fold_regret: list[dict[str, float]] = []
+    fold_accuracy: list[dict[str, float]] = []
     for f in sorted(by_fold):
         cells = by_fold[f]
         regs = [_cell_regrets(c) for c in cells]
         reg = {g: float(np.mean([r[g] for r in regs])) for g in rules}
         fold_regret.append(reg)
+        fold_accuracy.append({g: float(np.mean([_rule_choice(c, g) == _winner(c) for c in cells]))
+                              for g in rules})
         folds.append({
             "fold": f,
             "cells": len(cells),
-            "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
+            "accuracy": fold_accuracy[-1]["cars"],
             "regret": reg,
             "cars_wins": bool(reg["cars"] < reg["shared"] and reg["cars"] < reg["dual"]),
         })
     regret = {g: float(np.mean([reg[g] for reg in fold_regret])) for g in rules}
+    accuracy = {g: float(np.mean([acc[g] for acc in fold_accuracy])) for g in rules}
     better_fixed = min(regret["shared"], regret["dual"])
     per_size = []
     for m in sorted({int(r["size"]) for r in rows}):
@@ -357,6 +367,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         })
     return {
         "cars_accuracy": float(np.mean([fd["accuracy"] for fd in folds])),
+        "accuracy": accuracy,
         "regret": regret,
         "reduction": float(1.0 - regret["cars"] / better_fixed) if better_fixed > 0 else float("nan"),
         "fold_wins": int(sum(bool(fd["cars_wins"]) for fd in folds)),
@@ -372,6 +383,7 @@ class SelectionValidation:
     Attributes
     ----------
     cars_accuracy : fraction of (fold, size) cells where CARS chose the lower held-out loss.
+    accuracy : the same fraction for every rule (``cars``, ``shared``, ``dual``, ``sure``, ``cv``).
     regret : mean regret per rule (``cars``, ``shared``, ``dual``, ``sure``).
     reduction : 1 - CARS regret / better fixed rule's regret; ``None`` when the better fixed rule
         has zero regret (nothing to reduce: the quotient is undefined).
@@ -384,6 +396,7 @@ class SelectionValidation:
     cars_accuracy: float
     regret: dict[str, float]
     reduction: float | None
+    accuracy: dict[str, float]
     fold_wins: int
     folds: list[dict[str, Any]]
     per_size: list[dict[str, Any]]
@@ -399,6 +412,7 @@ class SelectionValidation:
     def as_dict(self) -> dict[str, Any]:
         return {
             "cars_accuracy": self.cars_accuracy,
+            "accuracy": dict(self.accuracy),
             "regret": dict(self.regret),
             "reduction": self.reduction,
             "fold_wins": self.fold_wins,
@@ -527,6 +541,7 @@ def validate_selection(
         cars_accuracy=s["cars_accuracy"],
         regret=s["regret"],
         reduction=float(s["reduction"]) if np.isfinite(s["reduction"]) else None,
+        accuracy=s["accuracy"],
         fold_wins=s["fold_wins"],
         folds=s["folds"],
         per_size=s["per_size"],

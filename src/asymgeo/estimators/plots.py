@@ -1,0 +1,89 @@
+"""``asymgeo select --validate --plot FILE``: the held-out check of the decision, drawn (extra ``plot``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_validation"]
+
+#: Rules drawn when their choices are in the cells, with their labels.
+_RULES = (("cars", "CARS"), ("sure", "SURE"), ("cv", "cross-validated risk"))
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - installed in the dev env
+        raise ImportError("--plot needs matplotlib: pip install asymgeo[plot]") from exc
+    return plt
+
+
+def validation_curves(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    r"""What :func:`plot_validation` draws, per training size ``n`` (sorted).
+
+    ``advantage``: the held-out :math:`L_s - L_d` of every fold (positive favours dual);
+    ``mean``: its mean over folds; ``dual_share[rule]``: the fraction of folds in which the rule
+    chose dual (``"held-out"``: the fraction in which dual had the lower held-out loss, ties to
+    shared).
+    """
+    sizes = sorted({int(c["size"]) for c in cells})
+    by = {m: [c for c in cells if int(c["size"]) == m] for m in sizes}
+    out: dict[str, Any] = {
+        "sizes": sizes,
+        "advantage": [[float(c["loss_shared"]) - float(c["loss_dual"]) for c in by[m]] for m in sizes],
+    }
+    out["mean"] = [sum(a) / len(a) for a in out["advantage"]]
+    share: dict[str, list[float]] = {
+        "held-out": [sum(float(c["loss_dual"]) < float(c["loss_shared"]) for c in by[m]) / len(by[m]) for m in sizes]}
+    for rule, _ in _RULES:
+        if all(c.get(f"{rule}_choice") for c in cells):
+            share[rule] = [sum(c[f"{rule}_choice"] == "dual" for c in by[m]) / len(by[m]) for m in sizes]
+    out["dual_share"] = share
+    return out
+
+
+def plot_validation(cells: Sequence[Mapping[str, Any]], path: str | os.PathLike, *, title: str = "") -> Path:
+    r"""Draw the (fold, size) cells of a validation run to ``path`` (PNG, written atomically).
+
+    Top: held-out :math:`L_s - L_d` against the training size ``n`` (log scale), one dot per
+    fold and the mean over folds, zero dashed (above zero dual has the lower held-out loss).
+    Bottom: for each selector in the cells (CARS, SURE, cross-validated risk), the fraction of
+    folds choosing dual at each ``n``, beside the fraction in which dual was the held-out winner.
+    """
+    from .._atomic import atomic_path
+
+    if not cells:
+        raise ValueError("cells: no validation cells to plot")
+    cur = validation_curves(cells)
+    plt = _pyplot()
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True, height_ratios=(3, 2))
+    for m, adv in zip(cur["sizes"], cur["advantage"], strict=True):
+        ax1.scatter([m] * len(adv), adv, s=12, color="0.55", zorder=2)
+    ax1.plot(cur["sizes"], cur["mean"], marker="o", color="C0", label="mean over folds", zorder=3)
+    ax1.axhline(0.0, color="k", ls="--", lw=1)
+    ax1.set_xscale("log", base=2)
+    ax1.set_ylabel(r"held-out $L_s - L_d$ (> 0: dual better)")
+    ax1.legend(fontsize=8)
+    ax1.set_title(title or "held-out check of the geometry decision", fontsize=10)
+    markers = {"held-out": ("k", "s"), "cars": ("C1", "o"), "sure": ("C2", "^"), "cv": ("C3", "D")}
+    labels = {"held-out": "held-out winner is dual", **dict(_RULES)}
+    for rule, share in cur["dual_share"].items():
+        colour, marker = markers[rule]
+        ax2.plot(cur["sizes"], share, marker=marker, color=colour, ls="-" if rule != "held-out" else ":",
+                 label=labels[rule])
+    ax2.set_ylim(-0.05, 1.05)
+    ax2.set_xlabel("training queries n")
+    ax2.set_ylabel("fraction of folds choosing dual")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    dest = Path(path)
+    with atomic_path(dest, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return dest
