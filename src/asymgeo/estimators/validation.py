@@ -321,7 +321,8 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     Accuracy and regret are averaged over cells within each fold, then over folds.
     Returns ``cars_accuracy``, ``accuracy`` (per rule: the fraction of cells whose choice names
     the lower held-out loss, ties to shared; the fixed rules' included), ``regret`` (per rule),
-    ``reduction`` (1 - CARS regret / the better fixed rule's regret; NaN when that is 0), ``fold_wins`` (folds where CARS's mean
+    ``reduction`` (1 - CARS regret / the better fixed rule's regret; NaN when that is 0),
+    ``fold_wins`` (folds where CARS's mean
     regret is strictly below both fixed rules'), ``folds`` (per-fold figures) and
     ``per_size`` (per training size: how many folds chose dual, how many held-out winners
     were dual, accuracy and mean regrets).
