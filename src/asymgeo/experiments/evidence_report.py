@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .._atomic import atomic_write_text
 from . import rq4, table1
 from ._markdown import md_table
@@ -58,6 +60,47 @@ def _runs(results_dir: str | os.PathLike, name: str, df) -> list[Any]:
     return [name, f"{len(df)} cells", f"{wall / 60:.1f} min", f"{cell_s / 60:.1f} min", machine, cmds]
 
 
+def _table1_cells(results_dir: str | os.PathLike, docs: Path, suffix: str):
+    """Table 1's per-cell table with full-space rows: this run's, else the committed one."""
+    import pandas as pd
+
+    try:
+        cells = table1.explode(read_results(results_dir, "table1" + suffix))
+        if (cells["projection"].astype(int) == 0).any():
+            return cells
+    except FileNotFoundError:
+        pass
+    for folder in (docs, Path(__file__).resolve().parents[3] / "docs"):
+        committed = folder / "results" / "table1_cells.csv"
+        if committed.is_file():
+            return pd.read_csv(committed)
+    raise FileNotFoundError("table1: no results and no committed docs/results/table1_cells.csv")
+
+
+def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) -> tuple[str, list[list[str]]]:
+    """"Beyond the paper": the selectors run joined with Table 1's cells; from the committed
+    per-cell table when the run is absent."""
+    import pandas as pd
+
+    from . import selectors
+
+    try:
+        joined = selectors.join_table1(selectors.explode(read_results(results_dir, "selectors" + suffix)),
+                                       _table1_cells(results_dir, docs, suffix))
+        out_dir: Path | None = docs / "results"
+    except FileNotFoundError:
+        committed = docs / "results" / f"selectors_cells{suffix}.csv"
+        if not committed.is_file():
+            return (f"## Beyond the paper\n\nNot run: `asymgeo reproduce selectors{' --quick' if suffix else ''}` "
+                    "(after table1).\n", [])
+        joined = pd.read_csv(committed)
+        joined["advantage"] = joined["loss_shared"] - joined["loss_dual"]
+        joined["cv_choice"] = np.where(joined["cv_score"] > joined["cv_se"], "dual", "shared")
+        joined["cv0_choice"] = np.where(joined["cv_score"] > 0, "dual", "shared")
+        out_dir = None
+    return selectors.report_section(joined, out_dir, suffix)
+
+
 def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.PathLike = "docs", *,
                           quick: bool = False) -> Path:
     """Write ``<docs_dir>/evidence.md`` (``evidence-quick.md`` for the quick runs), its figures
@@ -88,6 +131,9 @@ def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: 
         runs.append(row)
         if name == "table1":
             table1.save_run_row(docs / "results" / f"table1_runs{suffix}.csv", row)
+    text, cl = _selectors_section(results_dir, docs, suffix)
+    sections.append(text)
+    claims += cl
     from .runner import portable_command
 
     page = _PREAMBLE.format(
