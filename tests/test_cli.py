@@ -688,3 +688,23 @@ def test_select_validate_plot_draws_the_cells(capsys, tmp_path):
                          (["--validate", "--plot", str(png.parent)], "--plot")):
         code, out, err = _run(capsys, ["select", "scifact", "--rank", "4", *bad, *_shared_args()])
         assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_select_with_the_anisotropic_selector(capsys):
+    import json as _json
+
+    from asymgeo.data import load_triples
+    from asymgeo.kernels.theory import anisotropic_sure
+
+    shared = _shared_args()
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--selector",
+            "anisotropic", "--validate", "--folds", "2", "--json", *shared]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    got = _json.loads(out)
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared[1], cache_dir=shared[3])
+    want = anisotropic_sure(tr.X.astype(float), tr.Y_pos.astype(float) - tr.Y_neg, 4)
+    assert got["choice"] == want.choice and got["anisotropic"]["threshold"] == pytest.approx(want.threshold, rel=1e-9)
+    v = got["validation"]
+    assert v["accuracy"]["selector"] == v["accuracy"]["aniso"] and v["regret"]["selector"] == v["regret"]["aniso"]
+    assert "anisotropic SURE" in got["verdict"]

@@ -155,9 +155,10 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
-    p.add_argument("--selector", choices=["cars", "cv"], default="cars",
-                   help="cars (eq. 7, default) or cv: cross-validated operator risk, 5 folds inside the "
-                        "training triples, dual only when it wins by more than one standard error")
+    p.add_argument("--selector", choices=["cars", "cv", "anisotropic"], default="cars",
+                   help="cars (eq. 7, default); cv: cross-validated operator risk, 5 folds inside the "
+                        "training triples, dual only when it wins by more than one standard error; anisotropic: "
+                        "SURE with the dual-only directions priced by their own noise")
     p.add_argument("--centred", action="store_true",
                    help="centre queries and Y+ - Y- first: decide on the directional part only (the rank-1 "
                         "mean term, identical for both geometries as a fixed bias, left out)")
@@ -195,6 +196,24 @@ def _check_select_args(args) -> None:
         _check_plot_folder(args.plot, "nothing was computed")
 
 
+def _selector_decision(args, tr, X, D, Xc, Dc, cars):
+    """``(choice, cv, aniso)``: the named selector's decision on the raw or centred triples."""
+    import numpy as np
+
+    cv = aniso = None
+    if args.selector == "cv":
+        from .kernels.operator_risk import cross_validated_risk
+
+        cv = (cross_validated_risk(Xc, Dc, np.zeros_like(Dc), args.rank, folds=5, seed=args.seed) if args.centred
+              else cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=5, seed=args.seed))
+    if args.selector == "anisotropic":
+        from .kernels.theory import anisotropic_sure
+
+        aniso = anisotropic_sure(Xc, Dc, args.rank) if args.centred else anisotropic_sure(X, D, args.rank)
+    choice = cv.choice if cv is not None else aniso.choice if aniso is not None else cars.choice
+    return choice, cv, aniso
+
+
 def _run_select(args) -> int:
     import numpy as np
 
@@ -229,15 +248,11 @@ def _run_select(args) -> int:
         return cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed,
                           selector_dim=args.selector_dim)
 
+    import dataclasses
+
     res = cars_on(args.centred)
     other = cars_on(not args.centred)  # what centring changes (or what the raw triples say)
-    cv = None
-    if args.selector == "cv":
-        from .kernels.operator_risk import cross_validated_risk
-
-        cv = (cross_validated_risk(Xc, Dc, zeros, args.rank, folds=5, seed=args.seed) if args.centred else
-              cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=5, seed=args.seed))
-    choice = cv.choice if cv is not None else res.choice
+    choice, cv, aniso = _selector_decision(args, tr, X, D, Xc, Dc, res)
     moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
@@ -250,6 +265,7 @@ def _run_select(args) -> int:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
                "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
                "cars": res.as_dict(), **({"cv": cv.as_dict()} if cv is not None else {}),
+               **({"anisotropic": dataclasses.asdict(aniso)} if aniso is not None else {}),
                "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
@@ -261,7 +277,9 @@ def _run_select(args) -> int:
     print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
           f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
     print(f"decision: {choice}" + (f" (cv: held-out L_s - L_d {cv.score:.4g} +/- {cv.standard_error:.2g} over "
-                                   f"{cv.folds} folds; CARS: {res.choice})" if cv is not None else ""))
+                                   f"{cv.folds} folds; CARS: {res.choice})" if cv is not None else "")
+          + (f" (anisotropic SURE: ||Pi_A Z||^2 = {aniso.statistic:.4g} vs 2 tr(Pi_A Sigma) = {aniso.threshold:.4g}; "
+             f"isotropic 2 sigma^2 k = {aniso.isotropic_threshold:.4g}; CARS: {res.choice})" if aniso is not None else ""))
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
           "these triples; not a sampling error: --validate measures how often the decision holds)")
     print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
@@ -279,17 +297,18 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
     the largest validated training size (the one closest to the user's pool), or that the data
     cannot tell."""
-    name = {"cars": "CARS", "cv": "cross-validated risk"}.get(selector, selector)
+    name = {"cars": "CARS", "cv": "cross-validated risk", "anisotropic": "anisotropic SURE"}.get(selector, selector)
     if validation is None:
         return (f"{choice} ({name}); not validated: --validate shows how often this choice wins on held-out "
                 "folds of these queries")
-    acc = {**validation["accuracy"], "cars": validation["accuracy"][selector]}
+    rule = {"anisotropic": "aniso"}.get(selector, selector)  # its key in the validation's tables
+    acc = {**validation["accuracy"], "cars": validation["accuracy"][rule]}
     if selector == "cars":
         red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
     else:
         reg = validation["regret"]
         better = min(reg["shared"], reg["dual"])
-        red = 1.0 - reg[selector] / better if better > 0 else float("nan")
+        red = 1.0 - reg[rule] / better if better > 0 else float("nan")
     best_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
@@ -328,11 +347,12 @@ def _select_validation(args, tr) -> dict:
                            centred=bool(getattr(args, "centred", False)), progress=None,
                            cv_folds=5 if getattr(args, "selector", "cars") == "cv" else 0)
     selector = getattr(args, "selector", "cars")
-    accuracy = {**v.accuracy, "selector": v.accuracy[selector]}  # every rule's, within folds then over folds
-    regret = {**v.regret, "selector": v.regret[selector]}
+    rule = {"anisotropic": "aniso"}.get(selector, selector)
+    accuracy = {**v.accuracy, "selector": v.accuracy[rule]}  # every rule's, within folds then over folds
+    regret = {**v.regret, "selector": v.regret[rule]}
     return {**v.as_dict(), "accuracy": accuracy, "regret": regret, "selector": selector,
             "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "sure_choice", "cv_choice",
-                                         "loss_shared", "loss_dual")
+                                         "aniso_choice", "loss_shared", "loss_dual")
                        if k in c} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -352,7 +372,8 @@ def _print_validation(v: dict) -> None:
         print(f"  cross-validated risk chose the lower held-out loss in {100 * acc['cv']:.1f}% of cells")
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
           f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else "")
-          + (f", cross-validated risk {reg['cv']:.4g}" if "cv" in reg else ""))
+          + (f", cross-validated risk {reg['cv']:.4g}" if "cv" in reg else "")
+          + (f", anisotropic SURE {reg['aniso']:.4g}" if "aniso" in reg else ""))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
     print(f"  {'size':>9}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
           f"{'shared':>9}  {'dual':>9}")

@@ -309,7 +309,7 @@ def test_selector_method_keyword_is_deprecated():
     with pytest.warns(DeprecationWarning, match="method= is renamed to selector="):
         old = GeometrySelector(rank=2, method="sure", sigma=1.0).fit(X, Yp, Yn)
     assert old.choice_ == new.choice_ and old.score_ == new.score_
-    with pytest.raises(ValueError, match="method: expected 'cars' or 'sure'"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ValueError, match="method: expected 'cars', 'sure' or 'anisotropic'"), pytest.warns(DeprecationWarning):
         GeometrySelector(rank=2, method="magic").fit(X, Yp, Yn)
 
 
@@ -331,3 +331,16 @@ def test_old_estimate_moment_noise_import_still_works():
     from asymgeo.kernels.theory import estimate_moment_noise as new
 
     assert old is new
+
+
+def test_geometry_selector_anisotropic_equals_the_kernel():
+    from asymgeo.kernels.theory import anisotropic_sure
+
+    rng = np.random.default_rng(21)
+    X = rng.standard_normal((150, 12))
+    Yp = X @ (np.eye(12) + 0.5 * rng.standard_normal((12, 12))) + rng.standard_normal((150, 12))
+    Yn = rng.standard_normal((150, 12))
+    sel = GeometrySelector(rank=3, selector="anisotropic").fit(X, Yp, Yn)
+    want = anisotropic_sure(X, Yp - Yn, 3)
+    assert sel.choice_ == want.choice and sel.score_ == pytest.approx(want.score, rel=1e-12)
+    assert type(sel.estimator_).__name__ == ("DualProjection" if want.choice == "dual" else "SharedProjection")

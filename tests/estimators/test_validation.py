@@ -261,3 +261,18 @@ def test_summarise_cells_accuracy_of_every_rule_by_hand():
     assert s["accuracy"]["sure"] == pytest.approx((2 / 3 + 1) / 2)
     assert s["accuracy"]["shared"] == pytest.approx((1 / 3 + 1) / 2)
     assert s["accuracy"]["dual"] == pytest.approx((2 / 3 + 0) / 2)
+
+
+def test_cells_carry_the_anisotropic_rule_of_each_training_prefix():
+    from asymgeo.kernels.theory import anisotropic_sure
+
+    X, Yp, Yn = _data(n=90, p=20, seed=6)
+    D = Yp - Yn
+    order, test = list(range(70)), list(range(70, 90))
+    rows = fv.fold_cells(X, D, order, test, [16, 40], [3], n_splits=3, seed=1)
+    for row in rows:
+        m = row["size"]
+        want = anisotropic_sure(X[:m], D[:m], 3)
+        assert row["aniso_choice"] == want.choice and row["aniso_score"] == pytest.approx(want.score, rel=1e-8)
+    s = fv.summarise_cells(rows)
+    assert "aniso" in s["regret"] and "aniso" in s["accuracy"]

@@ -23,7 +23,7 @@ from .._deprecation import renamed_argument, warn_deprecated
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_triples_informative
 from ..kernels.geometry import dual_factors, relevance_moment, shared_factors
 from ..kernels.selection import MIN_CARS_TRIPLES, CarsResult, cars_score
-from ..kernels.theory import SureResult, estimate_moment_noise, sure_statistic
+from ..kernels.theory import AnisotropicSure, SureResult, anisotropic_sure, estimate_moment_noise, sure_statistic
 
 __all__ = ["SharedProjection", "DualProjection", "GeometrySelector", "NotFittedError", "estimate_moment_noise"]
 
@@ -231,8 +231,11 @@ class GeometrySelector(_Params):
     ----------
     rank : int
         Rank r of both candidate families.
-    selector : {"cars", "sure"}
+    selector : {"cars", "sure", "anisotropic"}
         ``"cars"``: the cross-fitted selector of eq. (7) (no noise model needed).
+        ``"anisotropic"``: SURE with the dual-only directions priced by their own noise,
+        :math:`\|\Pi_{\mathcal A}Z\|^2 > 2\,\widehat{\mathrm{tr}}(\Pi_{\mathcal A}\Sigma)`
+        (:func:`asymgeo.kernels.theory.anisotropic_sure`; Theorem 2 with a general covariance).
         ``"sure"``: the SURE rule of eq. (4) in the local Gaussian model
         (:func:`asymgeo.kernels.theory.sure_statistic`), at ``S = P_{s,r}(C)`` with
         ``Z = sqrt(n) Pi_{T_d}(C - S)`` and noise ``sigma`` (estimated by
@@ -256,7 +259,7 @@ class GeometrySelector(_Params):
     score_ : float
         CARS: :math:`\widehat\Gamma_{\rm CARS}`.  SURE: :math:`\widehat R_s - \widehat R_d`
         in n-scaled units.  Positive favours dual in both.
-    result_ : CarsResult or SureResult
+    result_ : CarsResult, SureResult or AnisotropicSure
     estimator_ : fitted SharedProjection or DualProjection of the chosen family
     """
 
@@ -283,9 +286,9 @@ class GeometrySelector(_Params):
     def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> GeometrySelector:
         """Select the geometry on triples ``X, Y_pos, Y_neg`` and fit it on all of them."""
         selector = renamed_argument("GeometrySelector", "method", "selector", self.method, self.selector, "cars")
-        if selector not in ("cars", "sure"):
+        if selector not in ("cars", "sure", "anisotropic"):
             name = "method" if self.method is not None else "selector"
-            raise ValueError(f"{name}: expected 'cars' or 'sure', got {selector!r}")
+            raise ValueError(f"{name}: expected 'cars', 'sure' or 'anisotropic', got {selector!r}")
         X, Y_pos, Y_neg_checked = _check_triples(X, Y_pos, Y_neg)
         if Y_neg_checked is None:  # pragma: no cover - signature requires it
             raise ValueError("Y_neg: required for geometry selection")
@@ -300,12 +303,17 @@ class GeometrySelector(_Params):
                 selector_dim=self.selector_dim, solver=self.solver,
             )
             self.score_ = cars.score
-            res: CarsResult | SureResult = cars
-        else:
+            res: CarsResult | SureResult | AnisotropicSure = cars
+        elif selector == "sure":
             Xf = as_float_matrix(X, "X")
             D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
             res, self.sigma_ = sure_statistic(Xf, D, rank, sigma=self.sigma, solver=self.solver)
             self.score_ = res.risk_shared - res.risk_dual
+        else:
+            Xf = as_float_matrix(X, "X")
+            D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
+            res = anisotropic_sure(Xf, D, rank)
+            self.score_ = res.score
         self.result_ = res
         self.choice_ = res.choice
         cls = DualProjection if res.choice == "dual" else SharedProjection

@@ -40,7 +40,7 @@ from ..kernels.operator_risk import (
     truncation_spectra,
 )
 from ..kernels.selection import MIN_CARS_TRIPLES, cars_score, selector_projection
-from ..kernels.theory import sure_statistic
+from ..kernels.theory import anisotropic_sure, sure_statistic
 
 __all__ = [
     "SelectionValidation",
@@ -55,7 +55,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Selection rules compared in every cell (Table 1 columns plus SURE).
-RULES = ("cars", "shared", "dual", "sure", "cv")
+RULES = ("cars", "shared", "dual", "sure", "cv", "aniso")
 
 
 def _derived_seed(seed: int, *coords: int) -> int:
@@ -131,7 +131,8 @@ def fold_cells(
         the same splits for every rank.
     projection : (p, q) fixed selector projection ``R``: CARS and SURE see ``X R, D R``
         (the losses are always of the full-space operators).  None: no projection.
-    sure : also run the SURE rule.
+    sure : also run the SURE rule and its anisotropic variant
+        (:func:`asymgeo.kernels.theory.anisotropic_sure`: keys ``aniso_choice, aniso_score``).
     n_jobs : threads over the training sizes (None: every usable core when p >= 256, else 1).
         Each size runs with single-threaded BLAS and CARS on one thread, so the cells are the
         same for every ``n_jobs``.
@@ -204,23 +205,7 @@ class _SizeTask:
         return self.run()
 
 
-def _fold_tasks(
-    X: np.ndarray,
-    D: np.ndarray,
-    train_order: Sequence[int],
-    test_rows: Sequence[int],
-    sizes: Sequence[int],
-    ranks: Sequence[int],
-    *,
-    fold: int,
-    n_splits: int,
-    seed: int,
-    projection: np.ndarray | None,
-    sure: bool,
-    reduce: bool,
-    cv_folds: int,
-) -> list[_SizeTask]:
-    """Check one fold's inputs and return one task per training size (see :func:`fold_cells`)."""
+def _check_fold_inputs(X, D, train_order, test_rows, sizes, projection):
     X = as_float_matrix(X, "X")
     D = as_float_matrix(D, "D")
     check_same_shape({"X": X, "D": D})
@@ -238,6 +223,27 @@ def _fold_tasks(
     sizes = sorted({int(m) for m in sizes})
     if sizes and (sizes[0] < MIN_CARS_TRIPLES or sizes[-1] > train.size):
         raise ValueError(f"sizes: expected sizes in [{MIN_CARS_TRIPLES}, {train.size}], got {sizes}")
+    return X, D, train, test, sizes
+
+
+def _fold_tasks(
+    X: np.ndarray,
+    D: np.ndarray,
+    train_order: Sequence[int],
+    test_rows: Sequence[int],
+    sizes: Sequence[int],
+    ranks: Sequence[int],
+    *,
+    fold: int,
+    n_splits: int,
+    seed: int,
+    projection: np.ndarray | None,
+    sure: bool,
+    reduce: bool,
+    cv_folds: int,
+) -> list[_SizeTask]:
+    """Check one fold's inputs and return one task per training size (see :func:`fold_cells`)."""
+    X, D, train, test, sizes = _check_fold_inputs(X, D, train_order, test_rows, sizes, projection)
     p = X.shape[1]
     rank_list = [check_rank(r, p) for r in ranks]
     if not rank_list:
@@ -268,6 +274,9 @@ def _fold_tasks(
             cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=1)
             sure_choice, sure_score = _sure_choice(Xm, Dm, int(r), sure_eigen) if sure else ("", float("nan"))
             extra: dict[str, Any] = {}
+            if sure:  # SURE with the dual-only directions priced by their own noise (anisotropic)
+                an = anisotropic_sure(Xm, Dm, int(r), eigen=sure_eigen)
+                extra.update(aniso_choice=an.choice, aniso_score=an.score)
             if cv_folds >= 2:
                 cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), int(r),
                                           folds=min(int(cv_folds), m), seed=split_seed)
@@ -301,8 +310,9 @@ def _cell_regrets(row: dict[str, Any]) -> dict[str, float]:
     out["cars"] = (ld if row["cars_choice"] == "dual" else ls) - best
     if row.get("sure_choice"):
         out["sure"] = (ld if row["sure_choice"] == "dual" else ls) - best
-    if row.get("cv_choice"):
-        out["cv"] = (ld if row["cv_choice"] == "dual" else ls) - best
+    for rule in ("cv", "aniso"):
+        if row.get(f"{rule}_choice"):
+            out[rule] = (ld if row[f"{rule}_choice"] == "dual" else ls) - best
     return out
 
 
@@ -329,7 +339,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("rows: no cells to summarise")
-    rules = [r for r in RULES if r not in ("sure", "cv") or all(row.get(f"{r}_choice") for row in rows)]
+    rules = [r for r in RULES if r not in ("sure", "cv", "aniso") or all(row.get(f"{r}_choice") for row in rows)]
     by_fold: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_fold.setdefault(int(row["fold"]), []).append(row)

@@ -30,6 +30,9 @@ __all__ = [
     "sure_select",
     "sure_statistic",
     "estimate_moment_noise",
+    "AnisotropicSure",
+    "skew_tangent_noise",
+    "anisotropic_sure",
     "OptimalSeparation",
     "optimal_separation",
     "inverse_sqrt_psd",
@@ -274,6 +277,119 @@ def sure_statistic(
     S = (U * eta) @ U.T
     Z = np.sqrt(n) * tangent_projectors(U).Pi_Td(C - S)
     return sure_select(Z, U, sigma), sigma
+
+
+def _skew_tangent_norms(X: np.ndarray, D: np.ndarray, U: np.ndarray) -> np.ndarray:
+    r""":math:`\|\Pi_{\mathcal A}(x_i d_i^\top)\|_F^2` of every row, in :math:`O(npr)`.
+
+    :math:`\Pi_{\mathcal A} = \Pi_{T_d}\circ\mathrm{skew}` (because :math:`\Pi_{T_s} = \Pi_{T_d}\circ\mathrm{sym}`),
+    and for the skew matrix :math:`K = (xd^\top - dx^\top)/2`,
+    :math:`\|\Pi_{T_d}K\|^2 = \|K\|^2 - \|QKQ\|^2` with :math:`Q = I - UU^\top`;
+    :math:`\|ab^\top - ba^\top\|_F^2 = 2(\|a\|^2\|b\|^2 - (a^\top b)^2)`.
+    """
+    xu, du = X @ U, D @ U
+    xx, dd, xd = np.einsum("ij,ij->i", X, X), np.einsum("ij,ij->i", D, D), np.einsum("ij,ij->i", X, D)
+    full = xx * dd - xd * xd
+    xq, dq = xx - np.einsum("ij,ij->i", xu, xu), dd - np.einsum("ij,ij->i", du, du)
+    xdq = xd - np.einsum("ij,ij->i", xu, du)
+    return np.maximum((full - (xq * dq - xdq * xdq)) / 2.0, 0.0)
+
+
+def skew_tangent_noise(X: np.ndarray, D: np.ndarray, U: np.ndarray) -> float:
+    r"""Unbiased estimate of :math:`\mathrm{tr}(\Pi_{\mathcal A}\Sigma)`, the noise the dual-only
+    directions carry, from the per-triple moments :math:`W_i = x_i d_i^\top` (Theorem 2 with a
+    general covariance :math:`\Sigma = \mathrm{Cov}(\mathrm{vec}\,W_i)`; ``docs/selectors.md``).
+
+    .. math::
+        \widehat{\mathrm{tr}}(\Pi_{\mathcal A}\Sigma) = \frac{1}{n-1}\sum_i \|\Pi_{\mathcal A}(W_i - \bar W)\|_F^2
+        = \frac{1}{n-1}\Big(\sum_i \|\Pi_{\mathcal A}W_i\|_F^2 - n\|\Pi_{\mathcal A}\bar W\|_F^2\Big),
+
+    :math:`O(npr + p^2r)`: no :math:`p^2\times p^2` covariance is formed.  Isotropic
+    :math:`\Sigma = \sigma^2 I` gives :math:`\sigma^2 k` (Corollary 1).
+
+    Parameters
+    ----------
+    X, D : (n, p) queries and ``Y_pos - Y_neg``, n >= 2.
+    U : (p, r) orthonormal columns of the shared point (the tangent spaces' base).
+    """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    U = as_float_matrix(U, "U")
+    n, p = X.shape
+    if D.shape != X.shape or U.shape[0] != p:
+        raise ValueError(f"X, D, U: expected (n, p), (n, p), (p, r); got {X.shape}, {D.shape}, {U.shape}")
+    if n < 2:
+        raise ValueError(f"X: need at least 2 triples to estimate the noise, got {n}")
+    C = X.T @ D / n
+    mean_part = float(np.sum(tangent_projectors(U).Pi_A(C) ** 2))
+    return float(max((_skew_tangent_norms(X, D, U).sum() - n * mean_part) / (n - 1), 0.0))
+
+
+@dataclass(frozen=True)
+class AnisotropicSure:
+    r"""The SURE rule with the dual-only directions priced by their own noise (:func:`anisotropic_sure`).
+
+    Attributes
+    ----------
+    choice : ``"dual"`` iff ``statistic > threshold`` (ties to shared).
+    statistic : :math:`\|\Pi_{\mathcal A}Z\|_F^2 = n\|\Pi_{\mathcal A}\widehat C\|_F^2`.
+    threshold : :math:`2\,\widehat{\mathrm{tr}}(\Pi_{\mathcal A}\Sigma)`.
+    isotropic_threshold : eq. 4's :math:`2\hat\sigma^2 k` with the isotropic plug-in, for comparison.
+    score : ``(statistic - threshold) / n``: the estimated :math:`\|\Pi_{\mathcal A}\Delta\|^2 -
+        \mathrm{tr}(\Pi_{\mathcal A}\Sigma)/n`, the local risk difference (> 0 favours dual).
+    """
+
+    choice: str
+    statistic: float
+    threshold: float
+    isotropic_threshold: float
+    score: float
+    k: int
+    n: int
+
+
+def anisotropic_sure(
+    X: np.ndarray, D: np.ndarray, rank: int, *, eigen: tuple[np.ndarray, np.ndarray] | None = None,
+) -> AnisotropicSure:
+    r"""SURE (eq. 4) with anisotropic variance pricing (issue 20; the paper's conclusion).
+
+    In the local model :math:`\widehat C = C + G/\sqrt n` with :math:`\mathrm{vec}\,G \sim (0, \Sigma)`,
+    Theorem 2's risks become :math:`n R_d \to \mathrm{tr}(\Pi_{T_d}\Sigma)` and
+    :math:`n R_s \to \delta^2 + \mathrm{tr}(\Pi_{T_s}\Sigma)`, so dual wins iff
+    :math:`\delta^2 > \mathrm{tr}(\Pi_{\mathcal A}\Sigma)`.  With
+    :math:`Z = \sqrt n\,\Pi_{T_d}(\widehat C - S)`, :math:`\mathbb E\|\Pi_{\mathcal A}Z\|^2 = \delta^2 +
+    \mathrm{tr}(\Pi_{\mathcal A}\Sigma)`; the rule picks dual iff
+
+    .. math:: \|\Pi_{\mathcal A}Z\|_F^2 > 2\,\widehat{\mathrm{tr}}(\Pi_{\mathcal A}\Sigma)
+
+    (:func:`skew_tangent_noise`), which is eq. 4 when :math:`\Sigma = \sigma^2 I`.  The tangent
+    base ``U`` is the top-r eigenvectors of :math:`\mathrm{sym}(\widehat C)` (a plug-in, as in eq. 4).
+
+    Parameters
+    ----------
+    X, D : (n, p) queries and ``Y_pos - Y_neg``.
+    rank : r.
+    eigen : the top-r (or more) eigenpairs of ``sym(X^T D / n)`` when known.
+    """
+    X = as_float_matrix(X, "X")
+    D = as_float_matrix(D, "D")
+    n, p = X.shape
+    rank = check_rank(rank, p)
+    C = X.T @ D / n
+    if eigen is not None:
+        U = np.asarray(eigen[1], dtype=np.float64)
+        if U.ndim != 2 or U.shape[0] != p or U.shape[1] < rank:
+            raise ValueError(f"eigen: expected at least {rank} eigenvectors of length {p}, got {U.shape}")
+        U = U[:, :rank]
+    else:
+        U = top_eigen(sym(C), rank)[1]
+    stat = n * float(np.sum(tangent_projectors(U).Pi_A(C) ** 2))
+    noise = skew_tangent_noise(X, D, U)
+    k = tangent_dims(p, rank)[2]
+    sigma = estimate_moment_noise(X, D)
+    thr = 2.0 * noise
+    return AnisotropicSure(choice="dual" if stat > thr else "shared", statistic=stat, threshold=thr,
+                           isotropic_threshold=2.0 * sigma * sigma * k, score=(stat - thr) / n, k=k, n=n)
 
 
 def inverse_sqrt_psd(Sigma: np.ndarray, name: str = "Sigma") -> np.ndarray:
