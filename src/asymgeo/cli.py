@@ -523,7 +523,7 @@ def _run_evaluate_adapter(args) -> int:
 # --------------------------------------------------------------------------- fit
 #: ``asymgeo fit``'s training defaults beyond the paper's protocol, chosen on validation by the
 #: generalisation study (docs/generalisation.md); ``--selection all --anchor 0`` is the paper's.
-_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0}
+_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation"}
 
 @_command("fit")
 def _add_fit(sub):
@@ -538,6 +538,11 @@ def _add_fit(sub):
     p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
                    help="adapter family; auto: train both, keep the better on validation NDCG@10 "
                         "(shared within one standard error; CARS, eq. 7, reported beside it)")
+    p.add_argument("--selector", choices=["validation", "ranking", "cars", "cv", "anisotropic"],
+                   default=_FIT_DEFAULTS["selector"],
+                   help="with --geometry auto, how the family is decided: validation (default: train both, keep the "
+                        "better); ranking (the closed-form I + cM's validation NDCG@10, then train one); cars, cv, "
+                        "anisotropic (from the training triples, then train one)")
     p.add_argument("--rank", type=int, default=16, help="rank r (default 16)")
     p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
                    help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")
@@ -580,6 +585,8 @@ def _run_fit(args) -> int:
             raise ValueError(f"--plot: {args.plot}: expected a .png file name")
         check_writable_parent(args.plot, "--plot")
         _check_plot_folder(args.plot)
+    if args.selector != "validation" and args.geometry != "auto":
+        raise ValueError(f"--selector {args.selector}: decides the family of --geometry auto only")
     if args.device is not None:  # a bad device is named before any data is loaded
         from .data.encoders import check_device
 
@@ -587,7 +594,7 @@ def _run_fit(args) -> int:
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
-                      anchor=args.anchor, data_dir=args.data_dir,
+                      anchor=args.anchor, selector=args.selector, data_dir=args.data_dir,
                       cache_dir=args.cache_dir, device=args.device, progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
                        extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
@@ -626,7 +633,11 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if rep.split.get("kind") == "carved_from_test":
         print(f"note: `asymgeo evaluate {rep.dataset} --adapter {out}` scores only the held-out part of "
               "qrels/test.tsv")
-    if m.get("auto"):
+    if m.get("auto") and "validation_shared" not in m["auto"]:  # decided from the training triples
+        a = m["auto"]
+        print(f"auto: {a['choice']} by {a['rule']} on the training triples (only that family trained; CARS "
+              f"{a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> {a['cars_choice']})")
+    elif m.get("auto"):
         a = m["auto"]
         print(f"auto: {a['choice']} by {a['rule']} (validation NDCG@10 shared {a['validation_shared']:.4f}, dual "
               f"{a['validation_dual']:.4f}, dual - shared {a['diff']:+.4f} +/- {a['standard_error']:.4f} over "

@@ -453,3 +453,56 @@ def test_model_card_of_a_damaged_generalisation_record(fitted_dir, caplog):
         card = model_card(ad, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
     assert "could not be read (damaged or edited)" in card and "## Use" in card
     assert any("metrics.generalisation is damaged" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("selector", ["ranking", "cv", "anisotropic", "cars"])
+def test_auto_fit_with_a_named_selector_trains_only_the_chosen_family(shared_dir, monkeypatch, selector):
+    # a spy on Adapter.fit: one family trained; the decision equals the selector called directly on
+    # the same training triples (and, for ranking, on the same selection queries)
+    import numpy as np
+
+    import asymgeo.adapters.workflow as wf
+    from asymgeo.adapters.adapter import Adapter
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+    from asymgeo.kernels.theory import anisotropic_sure
+    from asymgeo.retrieval.ranking_selector import ranking_choice
+
+    trained: list[str] = []
+    seen: dict = {}
+    real_fit = Adapter.fit
+
+    def spy(self, X, *args, **kw):
+        trained.append(self.geometry)
+        seen.update(V=kw["validation_queries"], table=kw["validation_relevance"], corpus=args[1], X=X)
+        return real_fit(self, X, *args, **kw)
+
+    monkeypatch.setattr(Adapter, "fit", spy)
+    real_decide = wf.decide_family
+    got: dict = {}
+
+    def decide(sel, tr, V, table, corpus, rank, cars, **kw):
+        got["tr"] = tr
+        return real_decide(sel, tr, V, table, corpus, rank, cars, **kw)
+
+    monkeypatch.setattr(wf, "decide_family", decide)
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector=selector, rank=4, n_train=64,
+                      epochs=1, learning_rates=(1e-3,), report=False, data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
+    a = rep.metrics["auto"]
+    assert trained == [a["choice"]] and rep.adapter.geometry_ == a["choice"] and a["rule"] == selector
+    assert rep.candidates == {}
+    tr = got["tr"]
+    X, D = tr.X.astype(np.float64), tr.Y_pos.astype(np.float64) - tr.Y_neg
+    np.testing.assert_array_equal(seen["X"], tr.X)           # the same 64 training queries
+    if selector == "ranking":
+        want = ranking_choice(X, D, seen["V"], seen["table"], seen["corpus"], 4)
+        assert a["choice"] == want.choice and a["diff"] == pytest.approx(want.diff, abs=1e-12)
+    elif selector == "cv":
+        assert a["choice"] == cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=0).choice
+    elif selector == "anisotropic":
+        assert a["choice"] == anisotropic_sure(X, D, 4).choice
+    else:
+        assert a["choice"] == a["cars_choice"]
+    with pytest.raises(ValueError, match="geometry='auto' only"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector=selector, data_dir=shared_dir / "data",
+                    cache_dir=shared_dir / "embeddings")

@@ -121,6 +121,48 @@ def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator
             "cars_standard_error": float(cars.standard_error)}
 
 
+#: How ``fit_adapter(geometry="auto")`` decides the family.
+AUTO_SELECTORS = ("validation", "ranking", "cars", "cv", "anisotropic")
+
+
+def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.ndarray, rank: int, cars: Any, *,
+                  seed: int = 0) -> dict[str, Any]:
+    """The family ``selector`` picks before any training (``fit --geometry auto --selector NAME``).
+
+    ``"ranking"``: :func:`~asymgeo.retrieval.ranking_selector.ranking_choice` on the validation
+    queries ``V`` (closed-form augmented operators, exact search, one standard error toward
+    shared); ``"cars"``: eq. 7 (``cars``, already computed); ``"cv"``:
+    :func:`~asymgeo.kernels.operator_risk.cross_validated_risk`; ``"anisotropic"``:
+    :func:`~asymgeo.kernels.theory.anisotropic_sure`.  Returns the ``metrics["auto"]`` record.
+    """
+    X = np.asarray(tr.X, dtype=np.float64)
+    D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
+    out: dict[str, Any] = {"rule": selector, "cars_choice": cars.choice, "cars_score": float(cars.score),
+                           "cars_standard_error": float(cars.standard_error)}
+    if selector == "ranking":
+        from ..retrieval.ranking_selector import ranking_choice
+
+        rc = ranking_choice(X, D, V, table, corpus, rank)
+        out.update(choice=rc.choice, validation_shared=rc.ndcg["shared"], validation_dual=rc.ndcg["dual"],
+                   diff=rc.diff, standard_error=rc.standard_error, n_validation=rc.n_validation,
+                   scale=rc.scale)
+    elif selector == "cars":
+        out.update(choice=cars.choice)
+    elif selector == "cv":
+        from ..kernels.operator_risk import cross_validated_risk
+
+        cv = cross_validated_risk(X, D, np.zeros_like(D), rank, folds=min(5, X.shape[0]), seed=seed)
+        out.update(choice=cv.choice, diff=cv.score, standard_error=cv.standard_error)
+    elif selector == "anisotropic":
+        from ..kernels.theory import anisotropic_sure
+
+        an = anisotropic_sure(X, D, rank)
+        out.update(choice=an.choice, statistic=an.statistic, threshold=an.threshold)
+    else:
+        raise ValueError(f"selector: expected one of {', '.join(map(repr, AUTO_SELECTORS[1:]))}, got {selector!r}")
+    return out
+
+
 #: Validation choices of :func:`fit_adapter`.
 SELECTIONS = ("all", "document_disjoint")
 #: Fewest document-disjoint validation queries :func:`fit_adapter` selects on.
@@ -206,6 +248,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     early_stopping: int | None = None,
     selection: str = "document_disjoint",
     anchor: float = 0.0,
+    selector: str = "validation",
     report: bool = True,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
@@ -222,6 +265,12 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     selection rewards geometry that transfers to new documents (fewer than
     :data:`MIN_DISJOINT_VALIDATION` such queries: all of them, with a warning recorded in
     ``metrics["warnings"]``).  ``anchor`` is :class:`Adapter`'s pull toward the start.
+    ``selector`` (``geometry="auto"`` only) decides the family: ``"validation"`` (default:
+    train both, keep the better on validation NDCG@10, :func:`choose_family`); ``"ranking"``
+    (the closed-form augmented operators' validation NDCG@10,
+    :func:`asymgeo.retrieval.ranking_selector.ranking_choice`, then train only that family);
+    ``"cars"``, ``"cv"`` or ``"anisotropic"`` (from the training triples alone: eq. 7, the
+    cross-validated operator risk, SURE with anisotropic pricing; then train that family).
     Returns the trained adapter, the closed-form baseline of the same geometry, the
     validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
     generalisation table (:func:`~asymgeo.adapters.generalisation.generalisation_report`) in
@@ -229,6 +278,11 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
+    if selector not in AUTO_SELECTORS:
+        raise ValueError(f"selector: expected one of {', '.join(map(repr, AUTO_SELECTORS))}, got {selector!r}")
+    if selector != "validation" and geometry != "auto":
+        raise ValueError(f"selector: {selector!r} decides the family of geometry='auto' only, "
+                         f"got geometry={geometry!r}")
     from ..data import nested_subsets
     from .baseline import closed_form_adapter
 
@@ -262,11 +316,15 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     if geometry == "auto":  # both families on the same paired batches, chosen by validation retrieval
         from ..kernels.selection import cars_score
 
-        fitted = {fam: train(fam) for fam in ("shared", "dual")}
         cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, seed=seed)
-        auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
-                             seed=seed, corpus_ids=d.corpus_ids or None)
-        ad = fitted[auto["choice"]]
+        if selector == "validation":
+            fitted = {fam: train(fam) for fam in ("shared", "dual")}
+            auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
+                                 seed=seed, corpus_ids=d.corpus_ids or None)
+            ad = fitted[auto["choice"]]
+        else:
+            auto = decide_family(selector, tr, V, vtable, d.corpus, rank, cars, seed=seed)
+            ad = train(auto["choice"])
         ad.selection_ = cars
     else:
         ad = train(geometry)
