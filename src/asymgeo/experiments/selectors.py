@@ -15,6 +15,9 @@ Rules compared per dataset x encoder x centring (each a choice per cell, regret
 * ``cars`` (eq. 7), ``sure`` (eq. 4), always-``shared``, always-``dual``;
 * ``aniso``: SURE with the dual-only directions priced by their own noise
   (:func:`asymgeo.kernels.theory.anisotropic_sure`, Theorem 2 with a general covariance);
+* ``ranking``: the ranking-aware rule (:func:`asymgeo.retrieval.ranking_selector.ranking_choice`):
+  80% of the prefix's queries give the moment, the other 20% the validation NDCG@10 of both
+  closed-form augmented operators by exact search over the corpus (one SE toward shared);
 * ``cv``: dual iff the cross-validated :math:`\overline{L_s - L_d}` exceeds its standard error
   (one-SE rule toward shared), and ``cv0``: dual iff it is positive (no SE margin).
 
@@ -24,6 +27,7 @@ Within-size rank correlation: at each training size, Spearman's correlation of a
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +42,48 @@ from .runner import cell_seed
 __all__ = ["cell", "explode", "join_table1", "summarise", "size_correlations", "report_section", "RULES"]
 
 #: Rules in the summary (the choice column of each is ``<rule>_choice``; fixed rules pick themselves).
-RULES = ("cars", "sure", "aniso", "cv", "cv0", "shared", "dual")
+RULES = ("cars", "sure", "aniso", "cv", "cv0", "ranking", "shared", "dual")
 _KEYS = ["centring", "dataset", "encoder", "fold", "rank", "size"]
-_LIST_COLUMNS = ("size", "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice")
+_LIST_COLUMNS = ("size", "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice",
+                 "ranking_score", "ranking_se", "ranking_choice")
+
+
+@functools.lru_cache(maxsize=2)
+def _retrieval_data(dataset: str, encoder: str, data_dir: str | None, cache_dir: str | None, pool: str):
+    """Corpus embeddings (float32), corpus ids and the pool's qrels (cached per process)."""
+    from ..data import load_beir, load_embeddings
+
+    ds = load_beir(dataset, data_dir=data_dir)
+    emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
+    return np.asarray(emb.corpus, dtype=np.float32), list(emb.corpus_ids), ds.qrels(pool)
+
+
+def _ranking_cell(pool: Any, design: Any, X: np.ndarray, D: np.ndarray, m: int, rank: int, seed: int,
+                  config: dict[str, Any]) -> tuple[float, float, str]:
+    """The ranking-aware rule inside a training prefix: 80% of its queries give the moment, the
+    other 20% (with their qrels) the validation NDCG@10 over the whole corpus; raw query
+    embeddings are searched (the moment may be centred)."""
+    from ..retrieval.metrics import RelevanceTable
+    from ..retrieval.ranking_selector import ranking_choice
+
+    corpus, corpus_ids, qrels = _retrieval_data(str(config["dataset"]), str(config["encoder"]),
+                                                config.get("data_dir") or None, config.get("cache_dir") or None,
+                                                str(config.get("pool", "train")))
+    rows = design.train_order[:m]
+    perm = np.random.default_rng(np.random.SeedSequence(seed)).permutation(m)
+    n_val = max(2, m // 5)
+    val, fit = rows[perm[:n_val]], rows[perm[n_val:]]
+    ids = [pool.ids[i] for i in val]
+    table = RelevanceTable({q: qrels[q] for q in ids}, ids, corpus_ids, unknown_docs="ignore")
+    rc = ranking_choice(X[fit], D[fit], pool.X[val].astype(np.float32), table, corpus, rank)
+    return rc.diff, rc.standard_error, rc.choice
 
 
 def cell(config: dict[str, Any]) -> dict[str, Any]:
     """One (centring, dataset, encoder, fold, rank) column.  Config keys: ``centring, dataset,
     encoder, fold, rank, folds, cv_folds, data_dir, cache_dir, pool, master_seed`` (the Table 1
-    master seed: the inner folds use the seed Table 1's CARS uses at each (fold, size))."""
+    master seed: the inner folds use the seed Table 1's CARS uses at each (fold, size)) and,
+    optionally, ``max_size`` (only the nested sizes up to it)."""
     pool = pool_triples(str(config["dataset"]), str(config["encoder"]), config.get("data_dir") or None,
                         config.get("cache_dir") or None, str(config.get("pool", "train")))
     fold, rank = int(config["fold"]), int(config["rank"])
@@ -59,14 +96,17 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     moments = prefix_moments(Xtr, Dtr, design.sizes)
     out: dict[str, list[Any]] = {k: [] for k in _LIST_COLUMNS}
     k = int(config.get("cv_folds", 5))
-    for m in sorted(design.sizes):
+    top = int(config.get("max_size") or max(design.sizes))  # tests: the small sizes only
+    for m in sorted(x for x in design.sizes if x <= top):
         losses = truncation_losses(moments[m], M_test, [rank])
         cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), rank, folds=min(k, m),
                                   seed=_derived_seed(seed, fold, m))
         an = anisotropic_sure(Xtr[:m], Dtr[:m], rank)
+        rk = _ranking_cell(pool, design, X, D, m, rank, _derived_seed(seed, fold, m, 7), config)
         for key, value in (("size", int(m)), ("loss_shared", float(losses.shared[0])),
                            ("loss_dual", float(losses.dual[0])), ("cv_score", cv.score),
-                           ("cv_se", cv.standard_error), ("aniso_score", an.score), ("aniso_choice", an.choice)):
+                           ("cv_se", cv.standard_error), ("aniso_score", an.score), ("aniso_choice", an.choice),
+                           ("ranking_score", rk[0]), ("ranking_se", rk[1]), ("ranking_choice", rk[2])):
             out[key].append(value)
     return {**out, "p": pool.p, "n_train": int(train.size), "n_test": int(test.size), "cv_folds": k}
 
@@ -160,7 +200,8 @@ def size_correlations(joined, min_size: int = 256):
     for key, g in joined[joined["size"] >= min_size].groupby(["centring", "dataset", "encoder", "size"], sort=True):
         row: dict[str, Any] = dict(zip(("centring", "dataset", "encoder", "size"), key, strict=True))
         row["cells"] = len(g)
-        for name, col in (("cars", "cars_score"), ("cv", "cv_score"), ("aniso", "aniso_score")):
+        for name, col in (("cars", "cars_score"), ("cv", "cv_score"), ("aniso", "aniso_score"),
+                          ("ranking", "ranking_score")):
             flat = g[col].nunique() < 2 or g["advantage"].nunique() < 2
             row[f"spearman_{name}"] = (float(stats.spearmanr(g[col], g["advantage"]).statistic)
                                        if len(g) > 2 and not flat else float("nan"))
@@ -183,8 +224,8 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
     corr = size_correlations(joined)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        cols = [*_KEYS, "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice", "cars_score",
-                "cars_choice", "sure_choice"]
+        cols = [*_KEYS, "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice",
+                "ranking_score", "ranking_se", "ranking_choice", "cars_score", "cars_choice", "sure_choice"]
         joined[cols].to_csv(Path(out_dir) / f"selectors_cells{suffix}.csv", index=False, float_format="%.6g")
     rows = []
     for r in s.itertuples():
@@ -195,11 +236,11 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
     crow = []
     for r in corr.itertuples():
         crow.append([r.dataset, r.encoder, r.centring, int(r.size), int(r.cells), _fmt(r.spearman_cars),
-                     _fmt(r.spearman_cv), _fmt(r.spearman_aniso)])
+                     _fmt(r.spearman_cv), _fmt(r.spearman_aniso), _fmt(r.spearman_ranking)])
     claims: list[list[str]] = []
     goal_lines = []
     for r in s.itertuples():
-        best = min(("cv", "cv0", "sure", "aniso"), key=lambda g: getattr(r, f"regret_{g}"))
+        best = min(("cv", "cv0", "sure", "aniso", "ranking"), key=lambda g: getattr(r, f"regret_{g}"))
         cars_reg, new_reg = float(r.regret_cars), float(getattr(r, f"regret_{best}"))
         halves = (new_reg <= 0.5 * cars_reg) if cars_reg > 0 else (new_reg == 0.0)
         keeps = float(getattr(r, f"accuracy_{best}")) >= float(r.accuracy_cars)
@@ -230,9 +271,11 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
         "Within-size Spearman correlation of each score with the held-out L_s - L_d (over folds x ranks), "
         "n >= 256:",
         "",
-        md_table(["dataset", "encoder", "centring", "n", "cells", "CARS score", "cv mean", "aniso score"], crow),
+        md_table(["dataset", "encoder", "centring", "n", "cells", "CARS score", "cv mean", "aniso score",
+                  "ranking diff"], crow),
         "",
-        "The issue's goal, per dataset x encoder x centring (the best of cv, cv0, aniso and SURE against CARS):",
+        "The issue's goal, per dataset x encoder x centring (the best of cv, cv0, aniso, ranking and SURE against "
+        "CARS):",
         "",
         *goal_lines,
         "",
