@@ -100,3 +100,51 @@ def test_claims_on_a_hand_made_summary():
     assert c["trend_holds"] is True
     missing = claims(s[s["angle"] != 0.8], rank=8)["paper_first_positive"]
     assert missing[0] == {"angle": 0.8, "paper_n": 256, "ours": "not in grid", "holds": None}
+
+
+def test_selector_regrets_by_hand():
+    import pandas as pd
+
+    from asymgeo.experiments.rq1 import selector_regrets
+
+    df = pd.DataFrame([  # angle 0.4: dual wins by .1, angle 0.6: shared wins by .2; angle 1.0 is left out
+        dict(rank=8, angle=0.4, ndcg_shared=0.5, ndcg_dual=0.6, cars_choice="shared", cv_choice="dual"),
+        dict(rank=8, angle=0.6, ndcg_shared=0.7, ndcg_dual=0.5, cars_choice="shared", cv_choice="dual"),
+        dict(rank=8, angle=1.0, ndcg_shared=0.1, ndcg_dual=0.9, cars_choice="shared", cv_choice="shared"),
+    ])
+    out = selector_regrets(df).set_index("angle")
+    assert out.loc["all", "cells"] == 2
+    assert out.loc["all", "regret_cars"] == pytest.approx(0.05) and out.loc["all", "regret_cv"] == pytest.approx(0.1)
+    assert out.loc["all", "accuracy_cars"] == 0.5 and out.loc["all", "accuracy_cv"] == 0.5
+    assert out.loc["all", "regret_shared"] == pytest.approx(0.05) and out.loc["all", "regret_dual"] == pytest.approx(0.1)
+    assert out.loc[0.4, "regret_cars"] == pytest.approx(0.1) and out.loc[0.6, "regret_cv"] == pytest.approx(0.2)
+
+
+def test_rq1_cell_carries_the_other_selectors():
+    # the ranking rule of the simulation by hand: 80/20 split of the triples, held-out pairwise accuracy
+    import numpy as np
+
+    from asymgeo.estimators.simulation import two_view_model
+    from asymgeo.experiments import rq1
+    from asymgeo.experiments.runner import cell_seed
+    from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+    from asymgeo.kernels.theory import anisotropic_sure
+
+    cfg = dict(angle=0.8, n=128, rank=4, seed_index=1, p=16, latent_rank=4, noise_sd=0.6, n_test=50,
+               n_negatives=9, master_seed=7, cars_splits=0, selectors=True)
+    out = rq1.cell(cfg)
+    model = two_view_model(p=16, latent_rank=4, noise_sd=0.6, angle=0.8, seed=cell_seed(7, 0))
+    tr = model.sample_triples(128, cell_seed(7, 2, 1, 128))
+    X, D = tr.X.astype(float), tr.Y_pos.astype(float) - tr.Y_neg
+    seed = cell_seed(7, 4, 1, 128)
+    assert out["cv_choice"] == cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=seed).choice
+    assert out["aniso_choice"] == anisotropic_sure(X, D, 4).choice
+    perm = np.random.default_rng(np.random.SeedSequence(seed)).permutation(128)
+    val, fit = perm[:25], perm[25:]
+    C = X[fit].T @ D[fit] / fit.size
+    acc = {g: np.array([float(X[i] @ M @ D[i] > 0) for i in val])
+           for g, M in (("shared", shared_truncate(C, 4, solver="dense")), ("dual", dual_truncate(C, 4, solver="dense")))}
+    d = acc["dual"] - acc["shared"]
+    assert out["ranking_score"] == pytest.approx(d.mean())
+    assert out["ranking_choice"] == ("dual" if d.mean() > d.std(ddof=1) / np.sqrt(25) else "shared")

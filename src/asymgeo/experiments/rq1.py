@@ -28,7 +28,8 @@ from ..kernels.geometry import approximation_gap, psd_distance
 from ..kernels.selection import cars_score
 from .runner import cell_seed
 
-__all__ = ["cell", "summarise", "first_positive", "first_significant", "claims", "plot", "PAPER_FIRST_POSITIVE"]
+__all__ = ["cell", "summarise", "first_positive", "first_significant", "claims", "plot", "PAPER_FIRST_POSITIVE",
+           "selector_regrets"]
 
 #: Paper, Section 5.1: first positive rank-8 grid mean (angle -> n).
 PAPER_FIRST_POSITIVE = {0.8: 256, 1.2: 64}
@@ -89,7 +90,65 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, n_splits=splits, seed=cars_seed, n_jobs=1)
         out.update(cars_score=cars.score, cars_se=cars.standard_error, cars_choice=cars.choice,
                    cars_seed=cars_seed, n_jobs=1)
+    if config.get("selectors"):
+        out.update(_other_selectors(tr, rank, cell_seed(master, 4, s, n)))
     return out
+
+
+def _other_selectors(tr: Any, rank: int, seed: int) -> dict[str, Any]:
+    """Beyond the paper (issue 20): the other selectors on the same training triples.
+
+    ``cv``: :func:`~asymgeo.kernels.operator_risk.cross_validated_risk` (5 folds, one SE);
+    ``aniso``: :func:`~asymgeo.kernels.theory.anisotropic_sure`; ``sure``: eq. 4 (isotropic
+    plug-in); ``ranking``: 80% of the triples fit both truncations, the other 20% rank their
+    positive against their negative (held-out pairwise accuracy of ``x^T M y``), dual iff it
+    is more accurate by more than one standard error of the paired per-triple difference.
+    """
+    from ..kernels.geometry import dual_truncate, shared_truncate
+    from ..kernels.operator_risk import cross_validated_risk
+    from ..kernels.theory import anisotropic_sure, sure_statistic
+
+    X = np.asarray(tr.X, dtype=np.float64)
+    D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
+    n = X.shape[0]
+    cv = cross_validated_risk(X, D, np.zeros_like(D), rank, folds=min(5, n), seed=seed)
+    an = anisotropic_sure(X, D, rank)
+    try:
+        sure = sure_statistic(X, D, rank)[0].choice
+    except ValueError:
+        sure = "shared"
+    perm = np.random.default_rng(np.random.SeedSequence(seed)).permutation(n)
+    val, fit = perm[: max(2, n // 5)], perm[max(2, n // 5):]
+    C = X[fit].T @ D[fit] / fit.size
+    right = {g: (np.einsum("ij,jk,ik->i", X[val], M, D[val]) > 0).astype(float)
+             for g, M in (("shared", shared_truncate(C, rank)), ("dual", dual_truncate(C, rank)))}
+    d = right["dual"] - right["shared"]
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
+    return {"cv_choice": cv.choice, "cv_score": cv.score, "aniso_choice": an.choice, "aniso_score": an.score,
+            "sure_choice": sure, "ranking_choice": "dual" if float(d.mean()) > se else "shared",
+            "ranking_score": float(d.mean())}
+
+
+def selector_regrets(df, angles: tuple[float, ...] = (0.4, 0.6, 0.8)):
+    """Near the zero contour (``angles``): each selector's retrieval regret (NDCG@10 of the better
+    family minus the chosen one's, per cell) and accuracy, per (rank, angle), and over all."""
+    import pandas as pd
+
+    sub = df[np.isin(np.round(df["angle"].astype(float), 6), np.round(angles, 6))].copy()
+    best = np.maximum(sub["ndcg_shared"], sub["ndcg_dual"])
+    winner = np.where(sub["ndcg_dual"] > sub["ndcg_shared"], "dual", "shared")
+    rules = [r for r in ("cars", "sure", "aniso", "cv", "ranking") if f"{r}_choice" in sub]
+    rows = []
+    for key, g in [(("all", "all"), sub), *sub.groupby(["rank", "angle"])]:
+        idx = g.index
+        row: dict[str, Any] = {"rank": key[0], "angle": key[1], "cells": len(g)}
+        for rule in [*rules, "shared", "dual"]:
+            chosen = g[f"{rule}_choice"] if rule in rules else pd.Series(rule, index=idx)
+            got = np.where(chosen == "dual", g["ndcg_dual"], g["ndcg_shared"])
+            row[f"regret_{rule}"] = float(np.mean(best.loc[idx] - got))
+            row[f"accuracy_{rule}"] = float(np.mean(chosen.to_numpy() == winner[sub.index.get_indexer(idx)]))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def summarise(df, rank: int = 8):
