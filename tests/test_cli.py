@@ -708,3 +708,66 @@ def test_select_with_the_anisotropic_selector(capsys):
     v = got["validation"]
     assert v["accuracy"]["selector"] == v["accuracy"]["aniso"] and v["regret"]["selector"] == v["regret"]["aniso"]
     assert "anisotropic SURE" in got["verdict"]
+
+
+def test_select_with_the_ranking_selector(capsys):
+    """--selector ranking: 20% of the training queries held out with their qrels, the closed forms by
+    NDCG@10 (checked against ranking_choice_on_pool called directly); --validate says it cannot score it."""
+    import json as _json
+
+    import numpy as np
+
+    from asymgeo.data import load_beir, load_embeddings, load_triples
+    from asymgeo.retrieval.ranking_selector import ranking_choice_on_pool
+
+    shared = _shared_args()
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--selector",
+            "ranking", "--json", *shared]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    got = _json.loads(out)
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared[1], cache_dir=shared[3])
+    ds = load_beir("scifact", data_dir=shared[1])
+    emb = load_embeddings(ds, "all-MiniLM-L6-v2", cache_dir=shared[3])
+    X, D = tr.X.astype(np.float64), tr.Y_pos.astype(np.float64) - tr.Y_neg
+    want = ranking_choice_on_pool(X, D, tr.query_ids, ds.all_qrels(), np.asarray(emb.corpus, np.float32),
+                                  emb.corpus_ids, 4)
+    assert got["choice"] == want.choice and got["ranking"]["diff"] == pytest.approx(want.diff, abs=1e-12)
+    assert got["ranking"]["n_validation"] == round(0.2 * len(set(tr.query_ids)))
+    code, out, err = _run(capsys, [*argv[:-5], "--validate", "--folds", "2", *shared])
+    assert code == 0 and "scores the triple-based selectors only" in out.splitlines()[0]
+
+
+def test_ranking_pool_split_keeps_a_query_on_one_side():
+    # rows of a query with several positives all go to the same side of the split
+    import numpy as np
+
+    from asymgeo.retrieval import ranking_selector as rs
+
+    rng = np.random.default_rng(0)
+    ids = [f"q{i // 2}" for i in range(40)]                    # every query twice
+    X, D = rng.standard_normal((40, 6)), rng.standard_normal((40, 6))
+    corpus = rng.standard_normal((30, 6))
+    qrels = {f"q{i}": {f"d{i % 30}": 1} for i in range(20)}
+    seen: dict = {}
+    real = rs.ranking_choice
+
+    def spy(Xf, Df, V, table, *a, **kw):
+        seen["fit"], seen["val"] = Xf, list(table.query_ids)
+        return real(Xf, Df, V, table, *a, **kw)
+
+    import pytest as _pytest
+
+    mp = _pytest.MonkeyPatch()
+    mp.setattr(rs, "ranking_choice", spy)
+    try:
+        rs.ranking_choice_on_pool(X, D, ids, qrels, corpus, [f"d{j}" for j in range(30)], 2, seed=3)
+    finally:
+        mp.undo()
+    assert len(seen["val"]) == 4 and seen["fit"].shape[0] == 40 - 2 * 4
+    fit_rows = {tuple(r) for r in seen["fit"]}
+    for q in seen["val"]:
+        for i in (2 * int(q[1:]), 2 * int(q[1:]) + 1):
+            assert tuple(X[i]) not in fit_rows
+    with _pytest.raises(ValueError, match="qrels"):
+        rs.ranking_choice_on_pool(X, D, ids, {}, corpus, [f"d{j}" for j in range(30)], 2)

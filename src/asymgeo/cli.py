@@ -155,10 +155,11 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
-    p.add_argument("--selector", choices=["cars", "cv", "anisotropic"], default="cars",
+    p.add_argument("--selector", choices=["cars", "cv", "anisotropic", "ranking"], default="cars",
                    help="cars (eq. 7, default); cv: cross-validated operator risk, 5 folds inside the "
                         "training triples, dual only when it wins by more than one standard error; anisotropic: "
-                        "SURE with the dual-only directions priced by their own noise")
+                        "SURE with the dual-only directions priced by their own noise; ranking: 20%% of the "
+                        "queries held out, the closed-form I + cM of each family by their NDCG@10 (exact search)")
     p.add_argument("--centred", action="store_true",
                    help="centre queries and Y+ - Y- first: decide on the directional part only (the rank-1 "
                         "mean term, identical for both geometries as a fixed bias, left out)")
@@ -197,10 +198,14 @@ def _check_select_args(args) -> None:
 
 
 def _selector_decision(args, tr, X, D, Xc, Dc, cars):
-    """``(choice, cv, aniso)``: the named selector's decision on the raw or centred triples."""
+    """``(choice, cv, other)``: the named selector's decision on the raw or centred triples (``other``:
+    the anisotropic SURE or ranking result)."""
+    from typing import Any
+
     import numpy as np
 
-    cv = aniso = None
+    cv = None
+    aniso: Any = None
     if args.selector == "cv":
         from .kernels.operator_risk import cross_validated_risk
 
@@ -210,8 +215,31 @@ def _selector_decision(args, tr, X, D, Xc, Dc, cars):
         from .kernels.theory import anisotropic_sure
 
         aniso = anisotropic_sure(Xc, Dc, args.rank) if args.centred else anisotropic_sure(X, D, args.rank)
+    if args.selector == "ranking":
+        from .data import load_beir, load_embeddings
+        from .retrieval.ranking_selector import ranking_choice_on_pool
+
+        ds = load_beir(args.dataset, data_dir=args.data_dir)
+        emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
+        aniso = ranking_choice_on_pool(X if not args.centred else Xc, D if not args.centred else Dc,
+                                       tr.query_ids, ds.all_qrels(), np.asarray(emb.corpus, dtype=np.float32),
+                                       emb.corpus_ids, args.rank, seed=args.seed)
     choice = cv.choice if cv is not None else aniso.choice if aniso is not None else cars.choice
     return choice, cv, aniso
+
+
+def _decision_detail(selector: str, cv, other, cars) -> str:
+    if cv is not None:
+        return (f" (cv: held-out L_s - L_d {cv.score:.4g} +/- {cv.standard_error:.2g} over {cv.folds} folds; "
+                f"CARS: {cars.choice})")
+    if selector == "anisotropic":
+        return (f" (anisotropic SURE: ||Pi_A Z||^2 = {other.statistic:.4g} vs 2 tr(Pi_A Sigma) = "
+                f"{other.threshold:.4g}; isotropic 2 sigma^2 k = {other.isotropic_threshold:.4g}; CARS: {cars.choice})")
+    if selector == "ranking":
+        return (f" (ranking: validation NDCG@10 shared {other.ndcg['shared']:.4f} (c = {other.scale['shared']:g}), "
+                f"dual {other.ndcg['dual']:.4f} (c = {other.scale['dual']:g}), dual - shared {other.diff:+.4f} +/- "
+                f"{other.standard_error:.4f} over {other.n_validation} held-out queries; CARS: {cars.choice})")
+    return ""
 
 
 def _run_select(args) -> int:
@@ -265,7 +293,7 @@ def _run_select(args) -> int:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
                "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
                "cars": res.as_dict(), **({"cv": cv.as_dict()} if cv is not None else {}),
-               **({"anisotropic": dataclasses.asdict(aniso)} if aniso is not None else {}),
+               **({args.selector: dataclasses.asdict(aniso)} if aniso is not None else {}),
                "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
@@ -276,10 +304,7 @@ def _run_select(args) -> int:
     print(f"verdict: {verdict}")
     print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
           f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
-    print(f"decision: {choice}" + (f" (cv: held-out L_s - L_d {cv.score:.4g} +/- {cv.standard_error:.2g} over "
-                                   f"{cv.folds} folds; CARS: {res.choice})" if cv is not None else "")
-          + (f" (anisotropic SURE: ||Pi_A Z||^2 = {aniso.statistic:.4g} vs 2 tr(Pi_A Sigma) = {aniso.threshold:.4g}; "
-             f"isotropic 2 sigma^2 k = {aniso.isotropic_threshold:.4g}; CARS: {res.choice})" if aniso is not None else ""))
+    print(f"decision: {choice}" + _decision_detail(args.selector, cv, aniso, res))
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
           "these triples; not a sampling error: --validate measures how often the decision holds)")
     print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
@@ -297,11 +322,15 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
     the largest validated training size (the one closest to the user's pool), or that the data
     cannot tell."""
-    name = {"cars": "CARS", "cv": "cross-validated risk", "anisotropic": "anisotropic SURE"}.get(selector, selector)
+    name = {"cars": "CARS", "cv": "cross-validated risk", "anisotropic": "anisotropic SURE",
+            "ranking": "ranking-aware"}.get(selector, selector)
     if validation is None:
         return (f"{choice} ({name}); not validated: --validate shows how often this choice wins on held-out "
                 "folds of these queries")
     rule = {"anisotropic": "aniso"}.get(selector, selector)  # its key in the validation's tables
+    if rule not in validation["accuracy"]:
+        return (f"{choice} ({name}); --validate scores the triple-based selectors only (this one needs the corpus: "
+                "`asymgeo reproduce selectors` validates it on the Table 1 design)")
     acc = {**validation["accuracy"], "cars": validation["accuracy"][rule]}
     if selector == "cars":
         red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
@@ -348,8 +377,9 @@ def _select_validation(args, tr) -> dict:
                            cv_folds=5 if getattr(args, "selector", "cars") == "cv" else 0)
     selector = getattr(args, "selector", "cars")
     rule = {"anisotropic": "aniso"}.get(selector, selector)
-    accuracy = {**v.accuracy, "selector": v.accuracy[rule]}  # every rule's, within folds then over folds
-    regret = {**v.regret, "selector": v.regret[rule]}
+    accuracy, regret = dict(v.accuracy), dict(v.regret)  # every rule's, within folds then over folds
+    if rule in v.accuracy:  # ranking needs a corpus: validated by `asymgeo reproduce selectors`, not here
+        accuracy["selector"], regret["selector"] = v.accuracy[rule], v.regret[rule]
     return {**v.as_dict(), "accuracy": accuracy, "regret": regret, "selector": selector,
             "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "sure_choice", "cv_choice",
                                          "aniso_choice", "loss_shared", "loss_dual")

@@ -25,7 +25,7 @@ from ..kernels.geometry import dual_truncate, shared_truncate
 from .metrics import RelevanceTable, evaluate_indices
 from .search import exact_search
 
-__all__ = ["RankingChoice", "ranking_choice", "RANKING_SCALES"]
+__all__ = ["RankingChoice", "ranking_choice", "ranking_choice_on_pool", "RANKING_SCALES"]
 
 #: The grid of ``c`` (the closed-form baseline's, :data:`asymgeo.adapters.training.DEFAULT_SCALES`).
 RANKING_SCALES: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -122,3 +122,51 @@ def ranking_choice(
     return RankingChoice(choice="dual" if diff > se else "shared", diff=diff, standard_error=se,
                          ndcg={g: best[g][1] for g in best}, scale={g: best[g][0] for g in best},
                          n_validation=int(d.size))
+
+
+def ranking_choice_on_pool(
+    X: np.ndarray,
+    D: np.ndarray,
+    query_ids: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+    corpus: np.ndarray,
+    corpus_ids: Sequence[str],
+    rank: int,
+    *,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    scales: Sequence[float] = RANKING_SCALES,
+) -> RankingChoice:
+    """:func:`ranking_choice` inside one labelled pool: a seeded ``validation_fraction`` of its
+    *queries* (all rows of a query with several positives go to the same side) are held out with
+    their ``qrels``; the other rows give the moment.
+
+    Parameters
+    ----------
+    X, D : (n, p) triples' queries and ``Y_pos - Y_neg``; row i belongs to ``query_ids[i]``.
+    qrels : judgements of (at least) the pool's queries, ``{qid: {docid: grade}}``.
+    corpus, corpus_ids : the documents searched and their ids (row order).
+    """
+    ids = [str(q) for q in query_ids]
+    if len(ids) != np.asarray(X).shape[0]:
+        raise ValueError(f"query_ids: expected {np.asarray(X).shape[0]} ids (one per row), got {len(ids)}")
+    if not 0.0 < validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction: expected a value in (0, 1), got {validation_fraction!r}")
+    unique = sorted(set(ids))
+    if len(unique) < 4:
+        raise ValueError(f"query_ids: {len(unique)} distinct queries; the ranking selector needs at least 4")
+    perm = np.random.default_rng(np.random.SeedSequence(int(seed))).permutation(len(unique))
+    n_val = max(2, int(round(validation_fraction * len(unique))))
+    held = {unique[i] for i in perm[:n_val]}
+    fit = np.array([i for i, q in enumerate(ids) if q not in held])
+    first: dict[str, int] = {}
+    for i, q in enumerate(ids):
+        if q in held:
+            first.setdefault(q, i)
+    val_ids = sorted(first)
+    missing = [q for q in val_ids if q not in qrels]
+    if missing:
+        raise ValueError(f"qrels: no judgements for validation query {missing[0]!r} ({len(missing)} missing)")
+    table = RelevanceTable({q: qrels[q] for q in val_ids}, val_ids, list(corpus_ids), unknown_docs="ignore")
+    V = np.asarray(X)[[first[q] for q in val_ids]]
+    return ranking_choice(np.asarray(X)[fit], np.asarray(D)[fit], V, table, corpus, rank, scales=scales)
