@@ -67,3 +67,29 @@ def test_ranking_choice_bad_input():
         ranking_choice(X, D, V, table, corpus, 3, scales=(-1.0,))
     with pytest.raises(ValueError, match="validation_queries"):
         ranking_choice(X, D, V[:, :5], table, corpus, 3)
+
+
+@pytest.mark.parametrize("dual_scores, want", [
+    ([0.9, 0.5, 0.1, 0.6], "shared"),     # mean +0.025, SE 0.17: within one SE, shared
+    ([0.8, 0.8, 0.7, 0.9], "dual"),       # mean +0.3, SE 0.04: dual
+    ([0.4, 0.4, 0.5, 0.4], "shared"),     # dual worse
+])
+def test_ranking_choice_one_standard_error_rule_by_hand(monkeypatch, dual_scores, want):
+    # per-query NDCG@10 planted: frozen 0.1, shared 0.5, dual as given (the operators are called in
+    # the order shared, then dual; c = 0 is the frozen model, computed once)
+    import asymgeo.retrieval.ranking_selector as rs
+
+    calls = []
+
+    def planted(V, corpus, table, operator, k):
+        if operator is None:
+            return np.full(4, 0.1)
+        calls.append(1)
+        return np.array([0.5] * 4 if len(calls) == 1 else dual_scores)
+
+    monkeypatch.setattr(rs, "_per_query", planted)
+    X, D, V, rv, table, corpus = _problem(2, 0.3)
+    res = rs.ranking_choice(X, D, V[:4], table, corpus, 3, scales=(0.0, 1.0))
+    d = np.array(dual_scores) - 0.5
+    assert res.diff == pytest.approx(d.mean()) and res.standard_error == pytest.approx(d.std(ddof=1) / 2)
+    assert res.choice == want and res.scale == {"shared": 1.0, "dual": 1.0 if np.mean(dual_scores) > 0.1 else 0.0}
