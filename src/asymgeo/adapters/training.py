@@ -241,14 +241,6 @@ class ValidationScorer:
         s2, j = torch.topk(cs, self.k, dim=1)
         return s2, torch.gather(ci, 1, j)
 
-    def top_indices(self, Q: Any) -> np.ndarray:
-        """Top-k corpus rows of transformed queries ``Q`` (m, p) by ``Q @ corpus.T``."""
-        best = None
-        for d0 in range(0, self.corpus_t.shape[0], self.block):
-            best = self._merge(best, Q @ self.corpus_t[d0 : d0 + self.block].T, d0)
-        assert best is not None
-        return best[1].cpu().numpy()
-
     def top_indices_lowrank(self, A: Any, B: Any, augmented: bool) -> np.ndarray:
         """Top-k corpus rows under ``x^T M y`` for ``M = [I +] A^T B`` without forming ``V M``."""
         QA = self.queries_t @ A.T
@@ -269,10 +261,6 @@ class ValidationScorer:
         if not keep.any():
             return 0.0
         return float(np.mean(dcg[keep] / self.ideal[keep]))
-
-    def ndcg(self, Q: Any) -> float:
-        """Mean binary NDCG@k over judged queries of transformed queries ``Q`` (m, p) tensor."""
-        return self._ndcg(self.top_indices(Q))
 
     def ndcg_lowrank(self, A: Any, B: Any, augmented: bool) -> float:
         """Mean binary NDCG@k under ``M = [I +] A^T B`` (see :meth:`top_indices_lowrank`)."""
