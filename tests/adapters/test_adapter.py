@@ -270,3 +270,44 @@ def test_fit_restores_torch_settings(problem):
     _fit(problem, geometry="shared", epochs=1)
     assert torch.get_num_threads() == threads
     assert torch.are_deterministic_algorithms_enabled() == det
+
+
+def test_choose_scale_picks_the_best_c_smallest_on_ties_and_scales_by_the_norm():
+    # a stand-in scorer records the maps it is given and returns planted validation NDCG@10
+    import torch
+
+    from asymgeo.adapters.training import choose_scale
+
+    class Scorer:
+        corpus_t = torch.zeros((1, 3))
+
+        def __init__(self, planted):
+            self.planted, self.seen = planted, []
+
+        def ndcg_lowrank(self, A, B, augmented):
+            self.seen.append((A.clone().numpy(), B.clone().numpy(), augmented))
+            return self.planted[len(self.seen) - 1]
+
+    A = np.array([[1.0, 2.0, 0.0]])
+    B = np.array([[0.0, 1.0, 1.0]])
+    s = Scorer([0.30, 0.50, 0.50, 0.40])                      # c = 0, 0.5, 1, 2: tie at 0.5 and 1
+    got = choose_scale(A, B, 4.0, s, scales=(2.0, 0.0, 1.0, 0.5))
+    assert got.scale == 0.5 and got.validation_ndcg == 0.5     # the smaller c of the tie
+    assert got.scores == {0.0: 0.30, 0.5: 0.50, 1.0: 0.50, 2.0: 0.40}
+    for (a, b, aug), c in zip(s.seen, (0.0, 0.5, 1.0, 2.0), strict=True):
+        np.testing.assert_allclose(a, A * c / 4.0, rtol=1e-6)   # I + c A^T B / ||A^T B||_2 with the norm 4
+        np.testing.assert_allclose(b, B) and aug is True
+    s = Scorer([0.1, 0.2])
+    choose_scale(A, B, 0.0, s, scales=(0.0, 1.0))              # a zero norm scales by 1, not by 1 / 0
+    np.testing.assert_allclose(s.seen[1][0], A, rtol=1e-6)
+
+
+def test_closed_form_init_refuses_a_moment_without_positive_part():
+    # D = -X: sym(C) = -X^T X / n is negative definite, the shared closed form is zero
+    P = make_problem(n=30, N=40, p=6, k=2, seed=4)
+    pos_rows = np.arange(30) % 40
+    corpus = P.corpus.copy()
+    corpus[pos_rows] = -P.X                                   # every positive points away from its query
+    with pytest.raises(ValueError, match="no positive part to start from; use init='random'"):
+        Adapter(geometry="shared", rank=2, epochs=1, learning_rates=(1e-3,)).fit(
+            P.X, pos_rows, corpus, validation_queries=P.V, validation_relevance=P.table)
