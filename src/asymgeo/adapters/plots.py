@@ -6,20 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..estimators.plots import _pyplot
+
 __all__ = ["plot_fit"]
 
 _SUBSETS = (("all", "all"), ("seen", "seen-doc"), ("unseen", "unseen-doc"), ("unseen_relevant", "unseen-rel"))
-
-
-def _pyplot():
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:  # pragma: no cover - installed in the dev env
-        raise ImportError("--plot needs matplotlib: pip install asymgeo[plot]") from exc
-    return plt
 
 
 def plot_fit(report: Any, path: str | os.PathLike) -> Path:
