@@ -103,3 +103,24 @@ def test_summary_by_hand():
     assert s["fold_wins_cv"] == 1 and s["fold_wins_cars"] == 0     # fold 0: cv 0 < shared .1 and dual .2
     assert s["reduction_cv"] == pytest.approx(1 - 0.125 / 0.1)
     assert s["regret_aniso"] == pytest.approx(s["regret_shared"])   # always "shared" in these cells
+
+
+def test_evidence_page_refuses_damaged_committed_selector_tables(tmp_path):
+    # without a run, the Beyond-the-paper section reads the committed tables: a damaged one is one
+    # line naming the file, and the page already there is left as it was
+    import shutil
+
+    from asymgeo.experiments.evidence_report import build_evidence_report
+
+    root = Path(__file__).resolve().parents[2]
+    docs = tmp_path / "docs"
+    shutil.copytree(root / "docs" / "results", docs / "results")
+    (docs / "evidence.md").write_text("the page before\n")
+    (docs / "results" / "selectors_cells.csv").write_text("centring,dataset\nraw,scifact\n")
+    with pytest.raises(ValueError, match=r"selectors_cells.csv: missing column\(s\) \['encoder'"):
+        build_evidence_report(tmp_path / "no-results", docs)
+    shutil.copy(root / "docs" / "results" / "selectors_cells.csv", docs / "results" / "selectors_cells.csv")
+    (docs / "results" / "rq1_selectors.csv").write_text('garbage,,"\n')
+    with pytest.raises(ValueError, match="rq1_selectors.csv: not a readable CSV table"):
+        build_evidence_report(tmp_path / "no-results", docs)
+    assert (docs / "evidence.md").read_text() == "the page before\n"

@@ -77,11 +77,23 @@ def _table1_cells(results_dir: str | os.PathLike, docs: Path, suffix: str):
     raise FileNotFoundError("table1: no results and no committed docs/results/table1_cells.csv")
 
 
+def _read_committed(path: Path, columns: tuple[str, ...], rerun: str):
+    """A committed results table, or one line naming the file and what is missing."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise ValueError(f"{path}: not a readable CSV table ({exc}); rerun `{rerun}`") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {missing}; rerun `{rerun}`")
+    return df
+
+
 def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) -> tuple[str, list[list[str]]]:
     """"Beyond the paper": the selectors run joined with Table 1's cells; from the committed
     per-cell table when the run is absent."""
-    import pandas as pd
-
     from . import selectors
 
     try:
@@ -93,7 +105,9 @@ def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) 
         if not committed.is_file():
             return (f"## Beyond the paper\n\nNot run: `asymgeo reproduce selectors{' --quick' if suffix else ''}` "
                     "(after table1).\n", [])
-        joined = pd.read_csv(committed)
+        joined = _read_committed(committed, ("centring", "dataset", "encoder", "fold", "rank", "size", "loss_shared",
+                                             "loss_dual", "cv_score", "cv_se", "cars_score", "cars_choice"),
+                                 "asymgeo reproduce selectors")
         joined["advantage"] = joined["loss_shared"] - joined["loss_dual"]
         joined["cv_choice"] = np.where(joined["cv_score"] > joined["cv_se"], "dual", "shared")
         joined["cv0_choice"] = np.where(joined["cv_score"] > 0, "dual", "shared")
@@ -105,8 +119,6 @@ def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) 
 def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str) -> str:
     """RQ1's simulation near the zero contour with every selector (``rq1_selectors``), from the run
     or from the committed summary ``docs/results/rq1_selectors{suffix}.csv``."""
-    import pandas as pd
-
     from . import rq1
 
     saved = docs / "results" / f"rq1_selectors{suffix}.csv"
@@ -118,7 +130,8 @@ def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str)
         if not saved.is_file():
             return ("\nRQ1 near the contour: not run (`asymgeo reproduce rq1_selectors --config-dir experiments"
                     f"{' --quick' if suffix else ''}`).\n")
-        table = pd.read_csv(saved)
+        table = _read_committed(saved, ("rank", "angle", "cells", "regret_cars", "accuracy_cars"),
+                                "asymgeo reproduce rq1_selectors --config-dir experiments")
     rules = [r for r in ("cars", "sure", "aniso", "cv", "ranking", "shared", "dual") if f"regret_{r}" in table]
     rows = [[str(r["rank"]), str(r["angle"]), int(r["cells"]),
              *(f"{float(r[f'regret_{g}']):.4f} / {100 * float(r[f'accuracy_{g}']):.0f}%" for g in rules)]
