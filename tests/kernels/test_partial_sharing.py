@@ -60,6 +60,8 @@ def test_matches_brute_force_and_lies_between_the_pure_optima(trial):
     C = rng.standard_normal((p, p))
     if trial % 3 == 0:
         C = C @ C.T / 3 + 0.5 * (C - C.T)
+    elif trial % 3 == 1:  # sym(C) negative definite: the PSD block must stay at zero
+        C = -(C @ C.T) / 3 - 0.1 * np.eye(p) + 0.5 * (C - C.T)
     fit = partial_truncate(C, r, s)
     brute = _brute(C, r, s)
     assert fit.loss <= brute * (1 + 1e-3) + 1e-9
@@ -111,6 +113,15 @@ def test_cross_fitted_sharing_rule_and_planted_families():
     V = rng.standard_normal((p, 4))
     D2 = X @ (W @ V.T) + 0.3 * rng.standard_normal((n, p))
     assert cross_fitted_sharing(X, D2, 4, folds=4, seed=1).asymmetric == 4
+
+
+def test_one_se_rule_takes_the_fewest_asymmetric_directions_within_one_se_of_the_best():
+    from asymgeo.kernels.partial_sharing import _one_se_choice
+
+    # best mean at s = 8 (0.50, SE 0.03): s = 4 (0.52) is within it, s = 0 (0.60) is not
+    assert _one_se_choice([0, 4, 8], np.array([0.60, 0.52, 0.50]), np.array([0.01, 0.01, 0.03])) == 4
+    assert _one_se_choice([0, 4, 8], np.array([0.60, 0.52, 0.50]), np.array([0.01, 0.01, 0.01])) == 8
+    assert _one_se_choice([0, 4, 8], np.array([0.50, 0.50, 0.50]), np.array([0.0, 0.0, 0.0])) == 0
 
 
 def test_bad_input_is_named():

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_matrix, check_rank, check_same_shape, check_square
 from .._runtime import limit_blas_threads
+from .._validation import as_float_matrix, check_rank, check_same_shape, check_square
 from ..linalg.lowrank import top_eigen, top_singular
-from .geometry import sym
+from .geometry import dual_factors, shared_factors, sym
 from .operator_risk import heldout_loss
 
 __all__ = ["PartialTruncation", "partial_truncate", "sharing_grid", "SharingChoice", "cross_fitted_sharing"]
@@ -81,7 +81,7 @@ class PartialTruncation:
 
     @property
     def operator(self) -> np.ndarray:
-        """:math:`M = P^\\top P + A^\\top B` (p, p)."""
+        r""":math:`M = P^\top P + A^\top B` (p, p)."""
         return self.shared_map.T @ self.shared_map + self.query_map.T @ self.document_map
 
     @property
@@ -97,21 +97,12 @@ class PartialTruncation:
 
 def _psd_block(R: np.ndarray, k: int) -> np.ndarray:
     """``P`` (k, p): the rank-k positive eigen-truncation of sym(R) is ``P^T P``."""
-    p = R.shape[0]
-    if k == 0:
-        return np.zeros((0, p))
-    eta, U = top_eigen(sym(R), k, method="dense")
-    return (U * np.sqrt(np.maximum(eta, 0.0))).T
+    return shared_factors(R, k, solver="dense") if k else np.zeros((0, R.shape[0]))
 
 
 def _svd_block(R: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``A, B`` (k, p) balanced factors of the rank-k SVD truncation of R."""
-    p = R.shape[0]
-    if k == 0:
-        return np.zeros((0, p)), np.zeros((0, p))
-    U, s, V = top_singular(R, k, method="dense")
-    root = np.sqrt(np.maximum(s, 0.0))
-    return (U * root).T, (V * root).T
+    return dual_factors(R, k, solver="dense") if k else (np.zeros((0, R.shape[0])), np.zeros((0, R.shape[0])))
 
 
 def _loss(C: np.ndarray, P: np.ndarray, A: np.ndarray, B: np.ndarray) -> float:
@@ -147,7 +138,7 @@ def _psd_part(R: np.ndarray, a: int) -> np.ndarray:
 
 
 def _joint_descent(C: np.ndarray, P: np.ndarray, A: np.ndarray, B: np.ndarray, max_iter: int, tol: float):
-    r"""Variable projection: L-BFGS over the asymmetric factors only, the PSD block exact,
+    r"""Variable projection: L-BFGS over the asymmetric factors only, the PSD block exact.
 
     .. math:: f(A, B) = \min_{S} \|S + A^\top B - C\|_F^2 = \|R\|_F^2,\quad
         R = \mathcal P_{s,r-s}(C - A^\top B) + A^\top B - C,
@@ -208,6 +199,7 @@ def _solve(C: np.ndarray, a: int, s: int, steps: int, max_iter: int, tol: float,
         loss = _loss(C, P, A, B)
         if best is None or loss < best[3]:
             best = (P, A, B, loss, it, ok)
+    assert best is not None  # three closed-form starts at least
     return (*best, sequential)
 
 
@@ -233,7 +225,7 @@ def partial_truncate(
     sequential closed form, the asymmetric-first one, the rank-r shared truncation with its s
     weakest directions moved into K (so the result is never worse than shared), and
     ``restarts`` seeded random ones; each is refined by ``steps`` alternating exact block
-    steps (the first three) and L-BFGS on all factors, and the lowest end point kept.
+    steps (the first two) and L-BFGS on all factors, and the lowest end point kept.
 
     Parameters
     ----------
@@ -379,7 +371,12 @@ def cross_fitted_sharing(
             losses[k, j] = heldout_loss(fit.operator, M_k)
     mean = losses.mean(axis=0)
     se = losses.std(axis=0, ddof=1) / np.sqrt(losses.shape[0])
-    j_best = int(np.argmin(mean))
-    threshold = mean[j_best] + se[j_best]
-    chosen = next(s for s, m in zip(values, mean, strict=True) if m <= threshold)
-    return SharingChoice(int(chosen), values, losses, mean, se, int(values[j_best]), r, int(folds), int(seed))
+    best = values[int(np.argmin(mean))]
+    return SharingChoice(_one_se_choice(values, mean, se), values, losses, mean, se, int(best), r, int(folds),
+                         int(seed))
+
+
+def _one_se_choice(values: Sequence[int], mean: np.ndarray, se: np.ndarray) -> int:
+    """The smallest ``s`` whose mean loss is at most the best mean plus the best's standard error."""
+    j = int(np.argmin(mean))
+    return int(next(s for s, m in zip(values, mean, strict=True) if m <= mean[j] + se[j]))
