@@ -506,3 +506,98 @@ def test_auto_fit_with_a_named_selector_trains_only_the_chosen_family(shared_dir
     with pytest.raises(ValueError, match="geometry='auto' only"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector=selector, data_dir=shared_dir / "data",
                     cache_dir=shared_dir / "embeddings")
+
+
+# ------------------------------------------------------------- refusals and rare branches (issue #19)
+def test_fit_adapter_refuses_unknown_choices_before_loading_anything(tmp_path):
+    # a data folder that does not exist: the argument checks come first, so they are what fails
+    with pytest.raises(ValueError, match="selection: expected one of 'all', 'document_disjoint', got 'test'"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", selection="test", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="selector: expected one of 'validation', 'ranking', 'cars', 'cv', "
+                                         "'anisotropic', got 'sure'"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="sure", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="selector: 'cars' decides the family of geometry='auto' only"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector="cars", data_dir=tmp_path)
+
+
+@pytest.mark.parametrize("n_train", [0, -3, True, 2.5])
+def test_fit_adapter_refuses_a_bad_n_train(shared_dir, n_train):
+    with pytest.raises(ValueError, match=f"n_train: expected a positive integer, got {n_train!r}"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", n_train=n_train, data_dir=shared_dir / "data",
+                    cache_dir=shared_dir / "embeddings")
+
+
+def test_decide_family_refuses_an_unknown_selector():
+    from asymgeo.adapters.workflow import decide_family
+
+    class _Tr:
+        X = Y_pos = Y_neg = [[0.0, 1.0], [1.0, 0.0]]
+
+    with pytest.raises(ValueError, match="selector: expected one of 'ranking', 'cars', 'cv', 'anisotropic', "
+                                         "got 'validation'"):
+        decide_family("validation", _Tr(), None, None, None, 1, _Cars("shared", 0.0, 1.0))
+
+
+def test_fit_records_the_document_disjoint_fallback_as_a_warning(shared_dir, monkeypatch):
+    # NFCorpus's dense qrels: with every training query, only one validation query is disjoint,
+    # so the fit selects on all 324 and says so in metrics["warnings"]
+    seen = {}
+    real_fit = Adapter.fit
+
+    def spy(self, X, pos, corpus, **kw):
+        seen["n_val"] = kw["validation_queries"].shape[0]
+        return real_fit(self, X, pos, corpus, **kw)
+
+    monkeypatch.setattr(Adapter, "fit", spy)
+    rep = fit_adapter("nfcorpus", "all-MiniLM-L6-v2", geometry="dual", rank=2, epochs=1, learning_rates=(1e-3,),
+                      report=False, data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    note = ("selection: only 1 of 324 validation queries have no relevant training-positive document (< 32); "
+            "selecting on all 324 validation queries instead")
+    assert note in rep.metrics["warnings"]
+    assert rep.metrics["n_selection"] == 324 == seen["n_val"]
+
+
+def test_adapter_without_a_split_record_uses_the_default_split_seed(shared_dir, rng):
+    from asymgeo.adapters.workflow import adapter_seen_queries, adapter_training_queries
+
+    ad = Adapter.from_maps(rng.normal(size=(2, 384)), rng.normal(size=(2, 384)))
+    ad.metadata_ = {"dataset": "scifact"}
+    # SciFact's adaptation split carves train + validation from qrels/train.tsv: whatever the
+    # seed, the queries it saw are every query of that file (read here, not through asymgeo)
+    ids = {ln.split("\t")[0] for ln in (shared_dir / "data" / "scifact" / "qrels" / "train.tsv")
+           .read_text().splitlines()[1:] if ln.strip()}
+    assert adapter_seen_queries(ad, "scifact", data_dir=shared_dir / "data") == ids
+    # no digest of the training ids: they cannot be rebuilt
+    assert adapter_training_queries(ad, "scifact", data_dir=shared_dir / "data") is None
+    ad.metadata_ = {"dataset": "nfcorpus"}  # another dataset: nothing is known to be seen
+    assert adapter_seen_queries(ad, "scifact", data_dir=shared_dir / "data") == set()
+
+
+def test_evaluate_an_adapter_that_records_no_dataset_scores_every_query(shared_dir, tmp_path, rng):
+    import numpy as np
+
+    from asymgeo.data import evaluate_frozen
+
+    A, B = rng.normal(size=(2, 384)) * 0.05, rng.normal(size=(2, 384)) * 0.05
+    ad = Adapter.from_maps(A, B, form="augmented")
+    save_adapter(ad, tmp_path / "ad")
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", tmp_path / "ad", data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    assert "the adapter does not record its dataset: its training queries cannot be left out" in res.extra["notes"]
+    assert res.extra["n_excluded"] == 0 and len(res.query_ids) == 300
+    ref = evaluate_frozen("scifact", "all-MiniLM-L6-v2", operator=np.eye(384) + A.T @ B,
+                          data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    assert res.mean["ndcg@10"] == pytest.approx(ref.mean["ndcg@10"], abs=1e-6)
+    assert res.extra["generalisation"] is None
+
+
+def test_evaluate_with_no_seen_documents_reports_an_empty_seen_part(fitted_dir, shared_dir, monkeypatch):
+    import asymgeo.adapters.workflow as wf
+
+    monkeypatch.setattr(wf, "adapter_training_queries", lambda *a, **k: [])  # trained on nothing seen
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", fitted_dir, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    g = res.extra["generalisation"]
+    assert g["seen"] == {"n": 0} and g["n_seen_documents"] == 0
+    assert g["unseen"]["n"] == 300
+    assert g["unseen"]["adapter"] == pytest.approx(res.mean["ndcg@10"], abs=1e-12)

@@ -159,16 +159,16 @@ def prepare_training(  # noqa: C901 - one flat sequence of argument checks
             raise ValueError("validation_queries: required with validation_relevance")
         if validation_relevance is None:
             raise ValueError("validation_relevance: required with validation_queries (a RelevanceTable)")
+        for attr in ("rows", "n_docs", "grades"):
+            if not hasattr(validation_relevance, attr):
+                raise TypeError("validation_relevance: expected an asymgeo.retrieval.metrics.RelevanceTable, "
+                                f"got {type(validation_relevance).__name__}")
         Vq = as_float_matrix(validation_queries, "validation_queries", dtype=np.float32, allow_empty=True)
         if Vq.shape[0] == 0 or len(validation_relevance) == 0:
             raise ValueError("validation_queries: the validation split is empty (no judged queries); "
                              "pass validation_queries=None to train without validation")
         if Vq.shape[1] != p:
             raise ValueError(f"validation_queries: dimension {Vq.shape[1]} does not match X dimension {p}")
-        for attr in ("rows", "n_docs", "grades"):
-            if not hasattr(validation_relevance, attr):
-                raise TypeError("validation_relevance: expected an asymgeo.retrieval.metrics.RelevanceTable, "
-                                f"got {type(validation_relevance).__name__}")
         if validation_relevance.n_docs != N:
             raise ValueError(f"validation_relevance: built over {validation_relevance.n_docs} documents, "
                              f"but the corpus has {N} rows")

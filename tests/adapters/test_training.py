@@ -1,0 +1,131 @@
+"""Tests of asymgeo.adapters.training's argument checks and its rarely taken branches (issue #19:
+every refusal and fallback that decides a result runs in some test).
+
+Expected values come from numpy (the closed-form start as an SVD of the relevance moment) or
+from an equivalent call (hard negatives passed as ``negative_rows``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from adapter_fixtures import make_problem
+
+from asymgeo.adapters import Adapter
+from asymgeo.adapters.training import ValidationScorer, import_torch, resolve_device
+from asymgeo.retrieval.metrics import RelevanceTable
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return make_problem()
+
+
+def _fit_kw(problem, **kw):
+    out = dict(hard_negative_rows=problem.hard, relevant_rows=problem.relevant,
+               validation_queries=problem.V, validation_relevance=problem.table)
+    out.update(kw)
+    return out
+
+
+@pytest.mark.parametrize("kw, needle, exc", [
+    (dict(relevant_rows=[{999}] * 48), r"relevant_rows\[0\]: rows must lie in \[0, 120\), got \[999, 999\]", ValueError),
+    (dict(relevant_rows="abc"), "relevant_rows: expected 48 collections", ValueError),
+    (dict(negative_rows=np.zeros(5, int)), r"negative_rows: expected shape \(48,\), got \(5,\)", ValueError),
+    (dict(negative_rows=np.full(48, -1)), "negative_rows: rows must lie in", ValueError),
+    (dict(validation_queries=None), "validation_queries: required with validation_relevance", ValueError),
+    (dict(validation_relevance=None), "validation_relevance: required with validation_queries", ValueError),
+    (dict(validation_queries=np.zeros((24, 5), np.float32)), "validation_queries: dimension 5 does not match X dimension 12",
+     ValueError),
+    (dict(validation_relevance=object()), "validation_relevance: expected an asymgeo.retrieval.metrics.RelevanceTable",
+     TypeError),
+    (dict(validation_relevance=RelevanceTable({"v0": {"d0": 1}}, ["v0"], [f"d{j}" for j in range(7)])),
+     "validation_relevance: built over 7 documents, but the corpus has 120 rows", ValueError),
+    (dict(validation_queries=make_problem().V[:3]), "validation_relevance: refers to query row 23, but validation_queries "
+     "has 3 rows", ValueError),
+])
+def test_bad_fit_arguments_are_refused_naming_the_argument(problem, kw, needle, exc):
+    with pytest.raises(exc, match=needle):
+        Adapter(rank=2, epochs=1).fit(problem.X, problem.pos, problem.corpus, **_fit_kw(problem, **kw))
+
+
+def test_early_stopping_without_validation_is_refused(problem):
+    with pytest.raises(ValueError, match="early_stopping: needs validation_queries and validation_relevance"):
+        Adapter(rank=2, epochs=2, early_stopping=1).fit(problem.X, problem.pos, problem.corpus,
+                                                        hard_negative_rows=problem.hard)
+
+
+def test_empty_hard_negative_table_is_no_hard_negatives(problem):
+    # (n, 0) hard negatives mean "none": the same fit as without them, bit for bit
+    kw = dict(rank=3, epochs=2, batch_size=16, learning_rates=(1e-2,), seed=3, geometry="dual")
+    a = Adapter(**kw).fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=np.zeros((48, 0), int),
+                          validation_queries=problem.V, validation_relevance=problem.table)
+    b = Adapter(**kw).fit(problem.X, problem.pos, problem.corpus,
+                          validation_queries=problem.V, validation_relevance=problem.table)
+    np.testing.assert_array_equal(a.operator_, b.operator_)
+    # and differs from a fit that does use hard negatives (the branch decides something)
+    c = Adapter(**kw).fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard,
+                          validation_queries=problem.V, validation_relevance=problem.table)
+    assert not np.allclose(a.operator_, c.operator_)
+
+
+def test_explicit_negative_rows_set_the_closed_form_moment(problem):
+    # the closed-form start is the SVD truncation of C = mean x (y+ - y-)^T; with negative_rows
+    # the y- are those rows, not the first hard negatives.  Projection form, no validation, no
+    # training steps that matter (lr tiny, one epoch): the operator is P_{d,r}(C) / ||P_{d,r}(C)||_2.
+    neg = (problem.hard[:, 0] + 7) % problem.corpus.shape[0]
+    X = problem.X.astype(np.float64)
+    C = X.T @ (problem.corpus[problem.pos].astype(np.float64) - problem.corpus[neg].astype(np.float64)) / X.shape[0]
+    U, s, Vt = np.linalg.svd(C)
+    M = (U[:, :3] * s[:3]) @ Vt[:3]
+    want = M / s[0]
+    ad = Adapter(rank=3, form="projection", geometry="dual", epochs=1, batch_size=48,
+                 learning_rates=(1e-12,), seed=0).fit(problem.X, problem.pos, problem.corpus,
+                                                      hard_negative_rows=problem.hard, negative_rows=neg)
+    np.testing.assert_allclose(ad.operator_, want, atol=1e-6)
+    # the default negatives (first hard negative) give another moment, another start
+    d = Adapter(rank=3, form="projection", geometry="dual", epochs=1, batch_size=48,
+                learning_rates=(1e-12,), seed=0).fit(problem.X, problem.pos, problem.corpus,
+                                                     hard_negative_rows=problem.hard)
+    assert not np.allclose(d.operator_, want, atol=1e-3)
+
+
+def test_every_learning_rate_diverging_without_validation_keeps_the_start(problem):
+    # no validation: the kept checkpoint is the last finished epoch; when every run diverges in
+    # its first epoch there is none, so the start is kept and the fit says so
+    X = problem.X.astype(np.float64)
+    C = X.T @ (problem.corpus[problem.pos].astype(np.float64)
+               - problem.corpus[problem.hard[:, 0]].astype(np.float64)) / X.shape[0]
+    U, s, Vt = np.linalg.svd(C)
+    want = (U[:, :3] * s[:3]) @ Vt[:3] / s[0]
+    bad = Adapter(rank=3, form="projection", geometry="dual", epochs=3, batch_size=8, learning_rates=(1e6,))
+    with pytest.raises(ValueError, match="learning_rates: training diverged for every learning rate"):
+        bad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    assert bad.best_epoch_ == 0 and bad.learning_rate_ is None
+    np.testing.assert_allclose(bad.operator_, want, atol=1e-6)
+
+
+def test_validation_scorer_without_relevant_documents_scores_zero():
+    # every validation query judged only non-relevant (grade 0): NDCG@10 is 0 (pytrec_eval's convention)
+    torch = import_torch()
+    rng = np.random.default_rng(0)
+    corpus = rng.normal(size=(30, 4)).astype(np.float32)
+    V = rng.normal(size=(3, 4)).astype(np.float32)
+    table = RelevanceTable({f"q{i}": {"d1": 0, "d2": 0} for i in range(3)}, ["q0", "q1", "q2"],
+                           [f"d{j}" for j in range(30)])
+    scorer = ValidationScorer(V, table, torch.from_numpy(corpus))
+    A = torch.zeros((1, 4))
+    assert scorer.ndcg_lowrank(A, A, True) == 0.0
+    # with one relevant judgement the same scorer is not zero (the branch is what gave 0)
+    table2 = RelevanceTable({"q0": {"d1": 1}, "q1": {"d2": 0}, "q2": {"d2": 0}}, ["q0", "q1", "q2"],
+                            [f"d{j}" for j in range(30)])
+    order = np.argsort(-(V[0] @ corpus.T), kind="stable")
+    rank1 = int(np.where(order == 1)[0][0])
+    want = 1.0 / np.log2(rank1 + 2) if rank1 < 10 else 0.0
+    assert ValidationScorer(V, table2, torch.from_numpy(corpus)).ndcg_lowrank(A, A, True) == pytest.approx(want)
+
+
+def test_resolve_device_keeps_an_explicit_device():
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("cuda:1") == "cuda:1"
+    torch = import_torch()
+    assert resolve_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
