@@ -636,3 +636,104 @@ def test_damaged_cache_folder_is_refused_with_the_exact_reason(seven, tmp_path, 
         with pytest.raises(ValueError) as err:
             load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path, mmap=mmap)
         assert str(err.value) == want
+
+
+# --------------------------------------------------------------------------- rarely taken refusals (issue #19)
+def test_an_empty_id_line_is_refused_with_its_line_number(tmp_path):
+    path = _unit_cache(tmp_path)
+    (path / "corpus_ids.txt").write_text("c0\n\nc2\nc3\n")
+    with pytest.raises(ValueError, match=r"corpus_ids.txt, line 2: empty id"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path, validate=False)
+
+
+def test_rows_of_a_single_string_id_are_refused(tmp_path):
+    _unit_cache(tmp_path)
+    emb = load_embeddings("ds", "enc", cache_dir=tmp_path)
+    with pytest.raises(TypeError, match="document ids: expected a sequence of ids, got a single string 'c1'"):
+        emb.corpus_rows("c1")
+    with pytest.raises(TypeError, match="query ids: expected a sequence"):
+        emb.query_rows("q0")
+    assert emb.corpus_rows(["c1"]).tolist() == [1]
+
+
+def test_a_one_dimensional_array_is_refused(tmp_path):
+    path = _unit_cache(tmp_path)
+    np.save(path / "queries.npy", np.ones(4, np.float16))
+    with pytest.raises(ValueError, match=r"queries.npy: expected a 2-d \(rows, p\) array, got shape \(4,\)"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+
+
+def test_a_cache_with_no_query_rows_is_refused(tmp_path):
+    # written complete but empty: every check of shapes passes, the row validation refuses it
+    write_embeddings(tmp_path / "ds" / "enc", np.eye(4), [f"c{i}" for i in range(4)], np.zeros((0, 4)), [], {})
+    with pytest.raises(ValueError, match=r"queries.npy: no rows \(rebuild the cache with `asymgeo embed"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+
+
+def test_an_id_with_a_line_break_is_refused_and_nothing_is_written(tmp_path):
+    with pytest.raises(ValueError, match=r"corpus_ids.txt: id 'c\\n1' contains a line break"):
+        write_embeddings(tmp_path / "ds" / "enc", np.eye(2), ["c0", "c\n1"], np.eye(2), ["a", "b"], {})
+    assert not (tmp_path / "ds" / "enc").exists()
+    assert list((tmp_path / "ds").iterdir()) == []  # the build folder is removed too
+
+
+def test_assembling_fewer_rows_than_planned_is_refused_before_the_file_exists(tmp_path):
+    from asymgeo.data.cache import _assemble
+
+    parts = []
+    for i in range(2):
+        parts.append(tmp_path / f"p{i}.npy")
+        np.save(parts[-1], np.ones((3, 2), np.float16))
+    dest = tmp_path / "out.npy"
+    with pytest.raises(ValueError, match=f"{dest}: assembled 6 rows, expected 7"):
+        _assemble(parts, dest, 7, 2)
+    assert not dest.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["p0.npy", "p1.npy"]
+    _assemble(parts, dest, 6, 2)
+    np.testing.assert_array_equal(np.load(dest), np.ones((6, 2), np.float16))
+
+
+def test_a_damaged_chunk_is_encoded_again_on_resume(seven, tmp_path):
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    parts = cache / "seven" / "fake-enc.partial" / ".partial"
+    (parts / "queries-000001.npy").write_bytes(b"\x93NUMPY garbage")  # a chunk cut short by a crash
+    resumed = FakeEncoder()
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=resumed, chunk_size=2, progress=False)
+    assert resumed.calls[0] == ["Q: ask 2", "Q: ask 3"], "the damaged chunk is redone first"
+    assert sum(len(c) for c in resumed.calls) == 12 - 2  # chunk 0 is kept
+    Qe, Ce = _expected(seven)
+    np.testing.assert_array_equal(emb.queries, Qe)
+    np.testing.assert_array_equal(emb.corpus, Ce)
+
+
+def test_a_damaged_manifest_starts_the_build_afresh(seven, tmp_path):
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    (cache / "seven" / "fake-enc.partial" / ".partial" / "manifest.json").write_text("{not json")
+    fresh = FakeEncoder()
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=fresh, chunk_size=2, progress=False)
+    assert sum(len(c) for c in fresh.calls) == 12, "no chunk of an unknown build is trusted"
+    np.testing.assert_array_equal(emb.corpus, _expected(seven)[1])
+
+
+@pytest.mark.parametrize("empty", ["corpus", "queries"])
+def test_nothing_to_encode_is_refused_naming_the_file(tmp_path, empty):
+    docs = [] if empty == "corpus" else [doc("d0")]
+    qs = [] if empty == "queries" else [query("q0")]
+    root = write_beir(tmp_path / "empty", docs, qs, {"test": []})
+    name = "corpus.jsonl" if empty == "corpus" else "queries.jsonl"
+    what = "documents" if empty == "corpus" else "queries"
+    with pytest.raises(ValueError, match=f"{name}: no {what} to encode"):
+        encode_dataset(root, SPEC, cache_dir=tmp_path / "cache", model=FakeEncoder(), progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_file_where_the_build_folder_goes_is_refused(seven, tmp_path):
+    build = tmp_path / "cache" / "seven" / "fake-enc.partial"
+    build.parent.mkdir(parents=True)
+    build.write_text("a user's file")
+    with pytest.raises(NotADirectoryError, match="fake-enc.partial: expected a folder for the cache being built"):
+        encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=FakeEncoder(), progress=False)
+    assert build.read_text() == "a user's file"
