@@ -287,7 +287,7 @@ def test_header_only_train_qrels_name_the_file(tmp_path):
                       {"train": [], "test": [("q1", "a", 1), ("q2", "b", 1)]})
     C = np.eye(2, dtype=np.float32)
     write_embeddings(tmp_path / "c" / "d" / "enc", C, ["a", "b"], C, ["q1", "q2"], {"normalised": True})
-    with pytest.raises(ValueError, match=r"qrels/(train|test)\.tsv: split 'train' has no usable relevance judgements"):
+    with pytest.raises(ValueError, match=r"qrels/train\.tsv: split 'train' has no usable relevance judgements"):
         load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1, require=True)
     assert load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1).query_ids == []  # the library default
 
@@ -311,3 +311,70 @@ def test_triple_cache_notices_arrays_rewritten_under_the_same_meta(hand, count_s
     assert len(count_searches) == n_before + 1
     fresh = load_triples(root, "enc", ids, cache_dir=cache, k=2, triples_cache=False)
     assert _fields(tr) == _fields(fresh)
+
+
+# --------------------------------------------------------------------------- rarely taken branches (issue #19)
+def test_mine_hard_negatives_refuses_one_dimensional_queries():
+    with pytest.raises(ValueError, match=r"queries: expected a 2-d \(n, p\) array, got shape \(3,\)"):
+        mine_hard_negatives(np.ones(3), np.eye(3, dtype=np.float32), [set()], k=1)
+
+
+def test_a_carved_split_without_usable_judgements_names_test_tsv(tmp_path):
+    # no train.tsv: the adaptation split is carved from test.tsv, so that is the file to fix
+    qs = [query(f"q{i}") for i in range(10)]
+    root = write_beir(tmp_path / "d", [doc("a"), doc("b")], qs, {"test": [(f"q{i}", "a", 0) for i in range(10)]})
+    C = np.eye(2, dtype=np.float32)
+    write_embeddings(tmp_path / "c" / "d" / "enc", C, ["a", "b"], np.tile(C, (5, 1)), [f"q{i}" for i in range(10)],
+                     {"normalised": True})
+    with pytest.raises(ValueError, match=r"qrels/test\.tsv: split 'train' has no usable relevance judgements"):
+        load_triples(root, "enc", "train", cache_dir=tmp_path / "c", k=1, require=True)
+
+
+def test_triple_cache_in_a_named_folder_that_does_not_exist_yet(hand, count_searches, tmp_path):
+    root, cache = hand
+    where = tmp_path / "deep" / "er" / "triples"
+    first = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2, triples_cache=where)
+    assert len(list(where.glob("*.npz"))) == 1 and not (cache / "hand" / "enc" / "triples").exists()
+    again = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2, triples_cache=str(where))
+    assert len(count_searches) == 1 and _fields(again) == _fields(first)
+
+
+def test_triple_cache_under_a_file_is_skipped_and_the_negatives_are_still_right(hand, count_searches, tmp_path):
+    root, cache = hand
+    blocker = tmp_path / "a-file"
+    blocker.write_text("user data")
+    tr = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2, triples_cache=blocker / "sub")
+    assert blocker.read_text() == "user data"
+    ref = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2, triples_cache=False)
+    assert _fields(tr) == _fields(ref) and len(count_searches) == 2
+
+
+def test_triples_of_a_cache_whose_files_are_gone_are_mined_and_not_cached(hand, count_searches):
+    import shutil
+
+    from asymgeo.data.triples import triples_cache_key
+
+    root, cache = hand
+    emb = load_embeddings(root, "enc", cache_dir=cache, mmap=False)
+    moved = cache / "moved"
+    shutil.move(str(emb.path), str(moved))  # the arrays are in memory; the folder is gone
+    assert triples_cache_key(emb, ["q0"], [set()], 2, 1, True) is None
+    tr = load_triples(root, "enc", ["q0", "q1"], k=2, cache=emb)
+    assert tr.hard_negative_ids == [["q0", "d0"], ["d2", "d5"]]  # as test_load_triples_by_hand
+    assert len(count_searches) == 1 and not list(cache.rglob("*.npz"))
+
+
+def test_triples_without_a_corpus_reference_refuse_hard_negatives_and_subset_names_unknown_ids(hand):
+    root, cache = hand
+    tr = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+    with pytest.raises(KeyError, match="subset: query 'q9' has no triple"):
+        tr.subset(["q0", "q9"])
+    tr._corpus = None
+    with pytest.raises(ValueError, match="hard_negatives: these triples carry no corpus reference"):
+        tr.hard_negatives()
+
+
+def test_writable_is_false_for_a_missing_folder(tmp_path):
+    import asymgeo.data.triples as triples
+
+    assert triples._writable(tmp_path) and not triples._writable(tmp_path / "missing")
