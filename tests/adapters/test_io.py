@@ -294,3 +294,61 @@ def test_export_through_the_command_line(tmp_path, rng, capsys):
     assert main(["export", str(ad), "--out", str(tmp_path / "model")]) == 2  # an earlier export needs --overwrite
     assert "--overwrite" in capsys.readouterr().err
     assert main(["export", str(ad), "--out", str(tmp_path / "model"), "--overwrite"]) == 0
+
+
+# ------------------------------------------------------------------ every refusal of a damaged adapter.json (issue #19)
+def _edit_config(out, edit):
+    cfg = json.loads((out / CONFIG_FILE).read_text())
+    edit(cfg)
+    (out / CONFIG_FILE).write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(format="other"), r"not an asymgeo adapter config \(format 'other'\)"),
+    (lambda c: c.pop("weights_sha256"), "missing key 'weights_sha256'"),
+    (lambda c: c.pop("dimension"), "missing key 'dimension'"),
+    (lambda c: c.update(form="full"), "form 'full' is not one of"),
+    (lambda c: c.update(geometry="both"), "geometry 'both' is not 'shared' or 'dual'"),
+    (lambda c: c.update(rank=7), r"rank 7 and dimension 6 are not integers with 1 <= rank <= dimension"),
+    (lambda c: c.update(rank="2"), r"rank '2' and dimension 6 are not integers"),
+    (lambda c: c.update(training=[1]), r"'training' is not an object \(got list\)"),
+    (lambda c: c.update(training={"geometry": "auto"}, fitted={"selection": {"choice": "shared"}}),
+     "geometry 'dual' disagrees with the recorded selection 'shared'"),
+])
+def test_every_damaged_config_field_is_refused_naming_it(tmp_path, rng, edit, message):
+    out = _saved(tmp_path, rng)
+    load_adapter(out)
+    _edit_config(out, edit)
+    with pytest.raises(ValueError, match=message) as err:
+        load_adapter(out)
+    assert str(err.value).startswith(str(out / CONFIG_FILE))
+
+
+def test_an_auto_adapter_whose_selection_agrees_loads(tmp_path, rng):
+    out = save_adapter(Adapter.from_maps(rng.normal(size=(2, 6)), rng.normal(size=(2, 6))), tmp_path / "ad")
+    _edit_config(out, lambda c: c.update(training={"geometry": "auto"}, fitted={"selection": {"choice": "dual"}}))
+    assert load_adapter(out).geometry_ == "dual"
+
+
+def test_a_folder_with_a_foreign_adapter_json_is_never_replaced(tmp_path, rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "adapter.json").write_text('{"format": "something-else"}')
+    with pytest.raises(ValueError, match=r"is not an asymgeo adapter's \(format 'something-else'\)"):
+        save_adapter(ad, other)
+    assert (other / "adapter.json").read_text() == '{"format": "something-else"}'
+
+
+def test_save_adapter_refuses_what_is_not_an_adapter(tmp_path):
+    with pytest.raises(TypeError, match="adapter: expected an asymgeo.adapters.Adapter, got dict"):
+        save_adapter({"operator": 1}, tmp_path / "ad")
+    assert not (tmp_path / "ad").exists()
+
+
+def test_check_compatible_compares_unknown_encoder_names_as_given(rng):
+    ad = Adapter.from_maps(rng.normal(size=(2, 6)))
+    ad.metadata_ = {"encoder": "my-own-encoder"}
+    check_compatible(ad, 6, encoder="my-own-encoder")  # not in the registry: compared as written
+    with pytest.raises(ValueError, match="adapter was trained on 'my-own-encoder' embeddings, not 'other-encoder'"):
+        check_compatible(ad, 6, encoder="other-encoder")
