@@ -413,3 +413,59 @@ def test_index_rankings_shorter_than_the_cut_off_match_pytrec_eval():
         assert res.per_query["precision@10"][i] == pytest.approx(ev_b[q]["P_10"], abs=1e-12)
         assert res.per_query["map@10"][i] == pytest.approx(ev_b[q]["map_cut_10"], abs=1e-12)
         assert res.per_query["mrr@10"][i] == pytest.approx(ev_b[q]["recip_rank"], abs=1e-12)
+
+
+# --------------------------------------------------------------------------- every refusal names its argument (issue #19)
+def _table():
+    return RelevanceTable({"q0": {"a": 1}, "q1": {"b": 2}}, ["q0", "q1"], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: parse_metric(10), TypeError, "metrics: expected strings like 'ndcg@10', got 10"),
+    (lambda: parse_metric("ndcg@0"), ValueError, r"metrics: cut-off must be >= 1 in 'ndcg@0'"),
+    (lambda: evaluate_run({"q": {"a": 1}}, {"q": {"a": 1.0}}, []), ValueError,
+     "metrics: expected at least one metric"),
+    (lambda: evaluate_run({"q": {"a": 1.0}}, [("q", "a", 1)], ["ndcg@10"]), TypeError,
+     r"qrels: expected a dict \{qid: \{docid: grade\}\}, got list"),
+    (lambda: evaluate_run({"q": {"a": 1.0}}, {"q": ["a"]}, ["ndcg@10"]), TypeError,
+     r"qrels\['q'\]: expected a dict \{docid: grade\}, got list"),
+    (lambda: evaluate_run({"q": ["a"]}, {"q": {"a": 1}}, ["ndcg@10"]), TypeError,
+     r"run\['q'\]: expected a dict \{docid: score\}, got list"),
+    (lambda: evaluate_run({"q": {"a": 1}}, {"q": {"a": 1.0}}, ["ndcg@10"], missing="skip"), ValueError,
+     "missing: expected 'error' or 'zero', got 'skip'"),
+    (lambda: evaluate_run([("q", "a", 1.0)], {"q": {"a": 1}}, ["ndcg@10"]), TypeError,
+     r"run: expected a dict \{qid: \{docid: score\}\}, got list"),
+    (lambda: RelevanceTable({"q0": {"a": 1}}, ["q0"], ["a"], unknown_docs="drop"), ValueError,
+     "unknown_docs: expected 'error' or 'ignore', got 'drop'"),
+    (lambda: RelevanceTable({"q0": {"a": 1}}, ["q0", "q0"], ["a"]), ValueError, "query_ids: contains duplicate ids"),
+    (lambda: RelevanceTable({"q0": {"a": 1}}, ["q0"], ["a", "a"]), ValueError, "corpus_ids: contains duplicate ids"),
+    (lambda: _table().grades(np.zeros((3, 2), int)), ValueError, r"indices: expected shape \(2, K\), got \(3, 2\)"),
+    (lambda: _table().grades(np.full((2, 2), 3)), ValueError, r"indices: values must lie in \[0, 3\), got \[3, 3\]"),
+    (lambda: evaluate_indices(np.zeros(2, int), _table(), ["ndcg@10"]), ValueError,
+     r"indices: expected a 2-d \(n_queries, K\) array, got shape \(2,\)"),
+    (lambda: evaluate_indices(np.zeros((1, 2), int), _table(), ["ndcg@10"]), ValueError,
+     "indices: 1 rows, but the relevance table refers to query row 1"),
+])
+def test_every_refusal_names_the_argument(call, exc, message):
+    with pytest.raises(exc, match=message):
+        call()
+
+
+def test_order_ties_by_id_refusals_and_the_empty_ranking():
+    from asymgeo.retrieval.metrics import order_ties_by_id
+
+    with pytest.raises(ValueError, match=r"scores, indices: expected equal 2-d shapes, got \(1, 2\) and \(1, 3\)"):
+        order_ties_by_id(np.zeros((1, 2)), np.zeros((1, 3), int), ["a", "b", "c"])
+    with pytest.raises(ValueError, match=r"indices: values must lie in \[0, 3\), got \[0, 5\]"):
+        order_ties_by_id(np.zeros((1, 2)), np.array([[0, 5]]), ["a", "b", "c"])
+    out = order_ties_by_id(np.zeros((2, 0)), np.zeros((2, 0), int), ["a"])
+    assert out.shape == (2, 0) and out.dtype == np.int64
+
+
+def test_eval_result_query_returns_that_querys_values():
+    # hand calculation: q0 ranks its relevant a first (NDCG 1), q1 ranks b second (1 / log2 3)
+    res = evaluate_indices(np.array([[0, 1], [0, 1]]), _table(), ["ndcg@10", "recall@1"])
+    assert res.query("q0") == {"ndcg@10": 1.0, "recall@1": 1.0}
+    assert res.query("q1") == pytest.approx({"ndcg@10": 1 / math.log2(3), "recall@1": 0.0})
+    with pytest.raises(ValueError):
+        res.query("zz")

@@ -308,6 +308,8 @@ def evaluate_run(
         n_rel[i] = R
         ideal[i, : min(kmax, ideal_q.size)] = ideal_q[:kmax]
         docs = run.get(q)
+        if docs is not None and not isinstance(docs, Mapping):
+            raise TypeError(f"run[{q!r}]: expected a dict {{docid: score}}, got {type(docs).__name__}")
         if not docs:
             continue
         # trec_eval order: score descending, then docid descending (strcmp)
