@@ -128,3 +128,21 @@ def test_scifact_adaptation_split(shared_dir):
     assert set(sp["test"]) == test_qrels
     assert adaptation_split(ds) == sp  # deterministic
     assert adaptation_split(ds, seed=1)["train"] != sp["train"]
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: split_sizes(10, ()), ValueError, "fractions: expected at least one fraction"),
+    (lambda: split_sizes(10, (1.5, -0.5)), ValueError, r"fractions: must be non-negative, got \[1.5, -0.5\]"),
+    (lambda: fold_split([["a"], ["b"]], 2), ValueError, "fold: expected 0 <= fold < 2, got 2"),
+    (lambda: fold_split([["a"], ["b"]], -1), ValueError, "fold: expected 0 <= fold < 2, got -1"),
+    (lambda: nested_subsets(["a", "b"], sizes=[0]), ValueError, r"sizes: expected positive integers, got \[0\]"),
+    (lambda: nested_subsets(["a", "b"], sizes=[True]), ValueError, "sizes: expected positive integers"),
+    (lambda: split_queries("abc", (0.5, 0.5), 0), TypeError, "expected a sequence of ids, got a single string"),
+])
+def test_fold_helpers_refuse_bad_arguments(call, exc, message):
+    with pytest.raises(exc, match=message):
+        call()
+
+
+def test_fold_split_by_hand():
+    assert fold_split([["a", "b"], ["c"], ["d"]], 1) == (["a", "b", "d"], ["c"])

@@ -276,3 +276,16 @@ def test_cells_carry_the_anisotropic_rule_of_each_training_prefix():
         assert row["aniso_choice"] == want.choice and row["aniso_score"] == pytest.approx(want.score, rel=1e-8)
     s = fv.summarise_cells(rows)
     assert "aniso" in s["regret"] and "aniso" in s["accuracy"]
+
+
+def test_fold_cells_refuses_an_empty_fold_no_ranks_and_a_bad_projection():
+    X, Yp, Yn = _data(n=40, p=6)
+    D = Yp - Yn
+    with pytest.raises(ValueError, match="test_rows: the held-out fold is empty"):
+        fv.fold_cells(X, D, range(30), [], [8], [2])
+    with pytest.raises(ValueError, match="ranks: expected at least one rank"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [8], [])
+    with pytest.raises(ValueError, match=r"projection: expected shape \(6, q\), got \(5, 2\)"):
+        fv.fold_cells(X, D, range(30), range(30, 40), [8], [2], projection=np.ones((5, 2)))
+    with pytest.raises(ValueError, match=r"train_order: expected row numbers in \[0, 40\)"):
+        fv.fold_cells(X, D, [-1, 3], range(30, 40), [2], [2])

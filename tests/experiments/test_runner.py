@@ -332,7 +332,7 @@ def test_local_configs_do_not_hide_the_packaged_ones(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------- cell files that are JSON but not a cell
-@pytest.mark.parametrize("damage", ["empty record", "list", "edited record", "other cell", "no record"])
+@pytest.mark.parametrize("damage", ["empty record", "list", "edited record", "other cell", "no record", "no config"])
 def test_a_cell_file_without_its_record_is_recomputed_and_named(tmp_path, caplog, damage):
     exp = _toy(xs=range(3))
     run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
@@ -348,6 +348,8 @@ def test_a_cell_file_without_its_record_is_recomputed_and_named(tmp_path, caplog
         payload["record"][key] = "tampered"
     elif damage == "other cell":
         payload["cell_id"] = "0" * 16
+    elif damage == "no config":
+        payload["config"] = "x=1"
     else:
         del payload["record"]
     victim.write_text(json.dumps(payload))
@@ -367,3 +369,23 @@ def test_cell_files_from_before_the_digest_still_count(tmp_path):
         del payload["record_sha256"]
         f.write_text(json.dumps(payload))
     assert len(_records(tmp_path)) == 2
+
+
+def test_load_records_of_an_experiment_never_run_is_empty_and_ids_filter(tmp_path):
+    assert runner.load_records(tmp_path, "toy") == {}
+    exp = _toy(xs=range(3))
+    run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    every = runner.load_records(tmp_path, "toy")
+    one = sorted(every)[1]
+    assert list(runner.load_records(tmp_path, "toy", ids=[one])) == [one]
+
+
+def test_consolidate_refuses_an_unknown_format_before_writing(tmp_path):
+    from asymgeo.experiments.store import consolidate
+
+    exp = _toy(xs=range(2))
+    run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    before = sorted(p.name for p in (tmp_path / "toy").iterdir())
+    with pytest.raises(ValueError, match="fmt: expected 'parquet', 'csv' or 'auto', got 'xlsx'"):
+        consolidate(tmp_path, exp, fmt="xlsx")
+    assert sorted(p.name for p in (tmp_path / "toy").iterdir()) == before
