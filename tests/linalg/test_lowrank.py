@@ -415,3 +415,138 @@ def test_gram_svd_declines_or_is_certified_on_ill_conditioned_moments(seed, sr, 
     Ur, sr_, Vr = np.linalg.svd(C)
     np.testing.assert_allclose(s, sr_[:r], rtol=1e-6, atol=1e-12)
     np.testing.assert_allclose((U * s) @ V.T, (Ur[:, :r] * sr_[:r]) @ Vr[:r], atol=1e-10)
+
+
+# --- forced failures: every fallback answers, and the path counter shows which ran (issue #19) ---
+import asymgeo.linalg.lowrank as lowrank  # noqa: E402
+
+
+def _raise_linalg(*_a, **_k):
+    raise np.linalg.LinAlgError("forced by the test")
+
+
+def test_a_failed_pivoted_cholesky_leaves_the_householder_basis_to_answer(monkeypatch):
+    rng = np.random.default_rng(30)
+    m, p, r = 150, 512, 8
+    A, B = rng.standard_normal((m, p)), rng.standard_normal((m, p))
+    C = A.T @ B / m
+    monkeypatch.setattr(lowrank.lapack, "dpstrf", _raise_linalg)
+    assert lowrank._pivoted_basis(A @ A.T) is None
+    reset_path_counts()
+    U, s, V = top_singular(C, r, factors=(A, B, 1.0 / m))
+    assert path_counts() == {"singular:thin": 1}
+    _check_singular(C, r, U, s, V)
+
+
+def test_a_moment_of_lower_rank_than_r_goes_to_the_full_svd():
+    # C = A^T (A P) / m with P a rank-4 projector: s_5.. are 0, below 1e-6 s_1, so the thin
+    # core and its Householder retry both decline and the full SVD answers
+    rng = np.random.default_rng(31)
+    m, p, r = 100, 512, 8
+    A = rng.standard_normal((m, p))
+    Qp, _ = np.linalg.qr(rng.standard_normal((p, 4)))
+    B = A @ (Qp @ Qp.T)
+    C = A.T @ B / m
+    reset_path_counts()
+    U, s, V = top_singular(C, r, factors=(A, B, 1.0 / m))
+    assert path_counts() == {"singular:full": 1}
+    sd = np.linalg.svd(C, compute_uv=False)
+    np.testing.assert_allclose(s, sd[:r], atol=1e-9 * sd[0])
+    Ud, _, Vdt = np.linalg.svd(C)
+    np.testing.assert_allclose((U[:, :4] * s[:4]) @ V[:, :4].T, (Ud[:, :4] * sd[:4]) @ Vdt[:4], atol=1e-9 * sd[0])
+
+
+def test_a_zero_moment_gives_zero_singular_values():
+    A = np.zeros((20, 300))
+    reset_path_counts()
+    U, s, V = top_singular(A.T @ A, 3, factors=(A, A, 1.0))
+    assert path_counts() == {"singular:full": 1}
+    assert np.all(s == 0) and U.shape == (300, 3) and V.shape == (300, 3)
+
+
+def test_factors_without_a_matrix():
+    rng = np.random.default_rng(32)
+    with pytest.raises(ValueError, match=r"top_singular: C=None needs factors=\(A, B, c\)"):
+        top_singular(None, 2)
+    # many rows (m >= 3p/4): C is formed from the factors and the Gram path answers
+    A, B = rng.standard_normal((400, 64)), rng.standard_normal((400, 64))
+    reset_path_counts()
+    U, s, V = top_singular(None, 4, factors=(A, B, 0.5))
+    assert path_counts() == {"singular:gram": 1}
+    _check_singular(0.5 * A.T @ B, 4, U, s, V, rtol=1e-8)
+
+
+def test_a_subset_eigen_answer_that_fails_its_certificate_is_replaced_by_the_full_eigh(monkeypatch):
+    rng = np.random.default_rng(33)
+    p, r = 300, 6
+    S, _ = _gapped_symmetric(rng, p, r)
+    real = lowrank._top_eigh
+
+    def spoiled(M, k):
+        w, Q, path = real(M, k)
+        return w, Q + 1e-3 * rng.standard_normal(Q.shape), path  # a wrong subset answer
+
+    monkeypatch.setattr(lowrank, "_top_eigh", spoiled)
+    reset_path_counts()
+    w, Q = top_eigen(S, r)
+    assert path_counts() == {"eigen:full": 1}
+    wd, Qd = np.linalg.eigh(S)
+    np.testing.assert_allclose(w, wd[::-1][:r], rtol=1e-12)
+    np.testing.assert_allclose(_projector(Q), _projector(Qd[:, ::-1][:, :r]), atol=1e-10)
+
+
+def test_krylov_eigen_of_the_zero_matrix():
+    w, Q = top_eigen(np.zeros((120, 120)), 4, method="krylov", rng=np.random.default_rng(0))
+    assert np.all(w == 0) and Q.shape == (120, 4)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(4), atol=1e-12)
+
+
+def test_mixed_eigen_declines_and_the_dense_path_answers(monkeypatch):
+    rng = np.random.default_rng(34)
+    m, p, r = 200, 300, 8
+    X, D = _flat_moment(rng, m, p)
+    S = (X.T @ D + D.T @ X) / (2 * m)
+    S32 = np.asfortranarray(S, dtype=np.float32)
+    want = np.linalg.eigvalsh(S)[::-1][:r]
+    # too few dimensions for the extra block, or no rank at all
+    assert mixed_top_eigen(S32[:20, :20].copy(order="F"), lambda W: S[:20, :20] @ W, 15) is None
+    assert mixed_top_eigen(S32, lambda W: S @ W, 0) is None
+    # a non-finite product, a singular shifted solve, a failed tridiagonal reduction
+    assert mixed_top_eigen(S32, lambda W: W * np.nan, r) is None
+    monkeypatch.setattr(lowrank._Tridiagonal, "solve_shifted", lambda self, R, shifts: None)
+    assert mixed_top_eigen(S32, lambda W: S @ W, r, tol=0.0) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(lowrank, "_Tridiagonal", _raise_linalg)
+    assert mixed_top_eigen(S32, lambda W: S @ W, r) is None
+    reset_path_counts()
+    w, _ = top_sym_eigen(X, D, 1.0 / m, r)
+    assert "eigen:mixed" not in path_counts()
+    np.testing.assert_allclose(w, want, rtol=1e-10)
+
+
+def test_bisection_failures_in_the_mixed_probe(monkeypatch):
+    rng = np.random.default_rng(35)
+    m, p, r = 200, 300, 8
+    X, D = _flat_moment(rng, m, p)
+    C = X.T @ D / m
+    want = np.linalg.eigvalsh((C + C.T) / 2)[::-1][:r]
+    real = lowrank.lapack.dstebz_index
+    calls = []
+
+    def first_only(*a, **k):  # the eigenvectors' bisection works, the probe's gap bisection fails
+        calls.append(1)
+        if len(calls) > 1:
+            raise np.linalg.LinAlgError("forced")
+        return real(*a, **k)
+
+    monkeypatch.setattr(lowrank.lapack, "dstebz_index", first_only)
+    probe = lowrank.mixed_probe(C, r)
+    assert probe is not None and probe.krylov_gap == np.inf
+    np.testing.assert_allclose(probe.values, want, rtol=1e-10)
+    monkeypatch.setattr(lowrank.lapack, "dstebz_index", _raise_linalg)  # every bisection fails
+    assert lowrank.mixed_probe(C, r) is None
+
+
+def test_distinct_rows_by_hand():
+    A = np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]])
+    assert lowrank._distinct_rows(A) == 2 and lowrank._distinct_rows(A[:1]) == 1

@@ -793,6 +793,8 @@ def mixed_top_eigen(
         return None
     B = tri.apply_q(Y).astype(np.float64)
     SB = apply(B)
+    if not np.all(np.isfinite(SB)):  # a non-finite matrix: nothing to refine, the caller goes dense
+        return None
     for _ in range(max_iter):
         pair = _orthonormal_pair(B, SB)
         if pair is None:
