@@ -523,3 +523,94 @@ def test_auto_backend_skips_importing_torch_without_an_nvidia_device(monkeypatch
     assert "torch" not in sys.modules
     monkeypatch.setattr(glob, "glob", lambda pattern: ["/dev/nvidia0"] if pattern == "/dev/nvidia*" else [])
     assert search._cuda_device_present() is True
+
+
+# --------------------------------------------------------------------------- rare branches (issue #19)
+def test_search_result_is_a_pair_and_to_run_refuses_wrong_ids():
+    res = exact_search(np.array([[0.0, 2.0, 1.0]], np.float32), np.eye(3, dtype=np.float32), 2, backend="numpy")
+    assert len(res) == 2 and res.k == 2
+    assert res[0] is res.scores and res[1] is res.indices
+    with pytest.raises(ValueError, match="query_ids: got 2 ids for 1 result rows"):
+        res.to_run(["a", "b"], ["x", "y", "z"])
+    with pytest.raises(ValueError, match="corpus_ids: got 1 ids but results index document 2"):
+        res.to_run(["a"], ["x"])
+
+
+def test_available_backends_without_torch_or_faiss(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    assert available_backends() == ["numpy"]
+    with pytest.raises(ImportError, match="backend='torch' / device='cuda' needs PyTorch: pip install torch"):
+        exact_search(np.ones((1, 2)), np.ones((3, 2)), 1, backend="torch")
+
+
+def test_torch_tensors_are_accepted_and_complex_values_refused():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(40)
+    Q, C = int_data(rng, 5, 40, 6)
+    want = brute_force(Q.astype(np.float64) @ C.T.astype(np.float64), 4)[1]
+    res = exact_search(torch.from_numpy(Q), torch.from_numpy(C), 4, backend="numpy")
+    np.testing.assert_array_equal(res.indices, want)
+    with pytest.raises(TypeError, match="queries: complex values are not supported"):
+        exact_search(Q.astype(np.complex64), C, 4)
+
+
+@pytest.mark.parametrize("backend", [b for b in ("numpy", "torch") if b in BACKENDS])
+def test_scores_that_overflow_float32_are_refused_naming_the_rows(backend):
+    C = np.ones((30, 4), np.float32)
+    C[17] = 3e38  # finite, but its product with the query is not
+    with pytest.raises(ValueError, match=r"corpus: scores overflow float32 near rows"):
+        exact_search(np.full((1, 4), 10.0, np.float32), C, 3, backend=backend, device="cpu", block_size=10)
+
+
+def test_top_k_merging_after_every_tile_equals_brute_force(monkeypatch):
+    """The running top-k merges its candidates when the buffer fills: force a buffer of one
+    candidate (a merge after every tile, tiles with no candidate at all) against brute force."""
+    import asymgeo.retrieval.search as search
+
+    real_init = search._TopK.__init__
+
+    def tiny_buffer(self, n, k):
+        real_init(self, n, k)
+        self._merge_at = 1
+
+    monkeypatch.setattr(search._TopK, "__init__", tiny_buffer)
+    rng = np.random.default_rng(41)
+    Q, C = int_data(rng, 7, 300, 5)
+    C[150:] = np.minimum(C[150:], -2)  # the second half never beats the first: tiles with no candidate
+    res = exact_search(Q, C, 9, backend="numpy", block_size=16)
+    ref_s, ref_i = brute_force(Q.astype(np.float64) @ C.T.astype(np.float64), 9)
+    np.testing.assert_array_equal(res.indices, ref_i)
+    np.testing.assert_array_equal(res.scores, ref_s.astype(np.float32))
+
+
+def test_torch_backend_on_a_read_only_memmap(tmp_path):
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(42)
+    Q, C = int_data(rng, 4, 90, 6)
+    np.save(tmp_path / "c.npy", C.astype(np.float16))
+    mm = np.load(tmp_path / "c.npy", mmap_mode="r")
+    assert not mm.flags.writeable
+    res = exact_search(Q, mm, 5, backend="torch", device="cpu", block_size=32)
+    assert res.backend == "torch:cpu"
+    np.testing.assert_array_equal(res.indices, brute_force(Q.astype(np.float64) @ C.T.astype(np.float64), 5)[1])
+
+
+def test_device_must_be_a_string_and_cuda_must_exist():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="device: expected a string such as 'auto', 'cpu' or 'cuda', got 0"):
+        exact_search(np.ones((1, 2)), np.ones((3, 2)), 1, device=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"device: 'cuda' requested but torch.cuda.is_available\(\) is False"):
+            exact_search(np.ones((1, 2)), np.ones((3, 2)), 1, device="cuda")
+
+
+def test_an_overflow_for_a_later_query_only_is_refused_too():
+    # row 0 of the queries is harmless; the second query's product with row 5 overflows
+    C = np.ones((12, 3), np.float32)
+    C[5] = 3e38
+    Q = np.array([[1e-30, 0.0, 0.0], [10.0, 10.0, 10.0]], np.float32)
+    with pytest.raises(ValueError, match=r"corpus: scores overflow float32 near rows 5\.\.5"):
+        exact_search(Q, C, 2, backend="numpy")

@@ -315,7 +315,8 @@ def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, bar: An
             S = tile[: q1 - q0, :B]
             if S.base is not None and not S.flags.c_contiguous:
                 S = np.empty((q1 - q0, B), dtype=np.float32)
-            np.matmul(Q[q0:q1], CT, out=S)
+            with np.errstate(over="ignore", invalid="ignore"):  # non-finite scores are checked below
+                np.matmul(Q[q0:q1], CT, out=S)
             # any NaN/inf document yields a non-finite score for every query
             if q0 == 0 and not np.isfinite(S[0]).all():
                 _raise_nonfinite_scores(np.asarray(corpus[d0:d1], dtype=np.float32), d0)
@@ -323,6 +324,12 @@ def _search_numpy(Q: np.ndarray, corpus: np.ndarray, k: int, block: int, bar: An
         if bar is not None:
             bar.update(B)
     top.merge()
+    # a product that overflowed for a later query only (finite documents, huge query) reaches
+    # the top k as +inf: refuse it rather than rank by it
+    bad = ~np.isfinite(top.scores) & (top.indices >= 0)
+    if bad.any():
+        row = int(top.indices[bad][0])
+        _raise_nonfinite_scores(np.asarray(corpus[row : row + 1], dtype=np.float32), row)
     return SearchResult(top.scores, top.indices, "numpy")
 
 
