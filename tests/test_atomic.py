@@ -78,3 +78,22 @@ def test_folder_mode_follows_the_replaced_folder_else_umask(tmp_path):
         assert (tmp_path / "d").stat().st_mode & 0o777 == 0o711
     finally:
         os.umask(mask)
+
+
+def test_a_stale_aside_folder_of_this_process_is_cleared_before_the_replacement(tmp_path):
+    import os
+
+    from asymgeo._atomic import replace_folder
+
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    stale = tmp_path / f".dest.old-{os.getpid()}"  # left by an earlier replacement of this pid
+    stale.mkdir()
+    (stale / "junk").write_text("junk")
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "new.txt").write_text("new")
+    replace_folder(new, dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]

@@ -141,3 +141,32 @@ def test_export_holds_one_copy_of_the_base_weights(tmp_path, base_embeddings):
     X, Y = base_embeddings
     np.testing.assert_allclose(model.encode_query(QUERIES) @ model.encode_document(DOCS).T, ad.similarity(X, Y),
                                atol=1e-5)
+
+
+def test_export_refuses_a_file_a_damaged_manifest_and_an_unopenable_base(tmp_path, monkeypatch):
+    ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
+    f = tmp_path / "a-file"
+    f.write_text("user data")
+    with pytest.raises(ValueError, match=f"out: {f} exists and is not a folder"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", f)
+    assert f.read_text() == "user data"
+    earlier = export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "model")
+    (earlier / "asymgeo_export.json").write_text("{oops")
+    before = {p.name: p.stat().st_size for p in earlier.iterdir()}
+    with pytest.raises(ValueError, match=r"asymgeo_export.json is damaged; refusing to replace"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", earlier, overwrite=True)
+    assert {p.name: p.stat().st_size for p in earlier.iterdir()} == before
+    # a base model that cannot be opened offline: named, with what to do, and nothing written
+    with pytest.raises(FileNotFoundError, match=r"base: could not open .* offline .*pass --base a local model folder"):
+        export_sentence_transformers(ad, str(tmp_path / "no-such-model"), tmp_path / "out2")
+    assert not (tmp_path / "out2").exists()
+
+
+def test_export_without_sentence_transformers_says_which_extra(tmp_path, monkeypatch):
+    import sys
+
+    ad = Adapter.from_maps(np.random.default_rng(0).normal(0, 0.2, size=(2, 384)))
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    with pytest.raises(ImportError, match=r"exporting to sentence-transformers needs it: pip install asymgeo\[encode\]"):
+        export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "m")
+    assert not (tmp_path / "m").exists()

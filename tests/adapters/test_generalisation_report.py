@@ -90,3 +90,44 @@ def test_a_bare_adapter_reports_on_data_the_caller_gives(scifact):
         if c["n"]:
             assert c["diff"] == pytest.approx(0.0, abs=1e-12), s
     assert rep.rows["frozen"]["seen"]["n"] == 164
+
+
+# ------------------------------------------------------------------ one-sided splits (issue #19)
+def _test_qrels(shared_dir):
+    return _tsv(shared_dir / "data" / "scifact" / "qrels" / "test.tsv")
+
+
+def test_no_training_queries_leave_only_the_unseen_part(scifact, shared_dir):
+    d = scifact
+    p = d.corpus.shape[1]
+    rep = generalisation_report(d, [], {"identity": np.eye(p)}, n_boot=50)
+    assert rep.rows["frozen"]["seen"] == {"n": 0}
+    assert rep.rows["frozen"]["unseen"]["n"] == len(_test_qrels(shared_dir)) == 300
+    assert "no test query shares a relevant document with the training queries: only the unseen part exists" \
+        in rep.notes
+    assert rep.headline.startswith("identity: +0.000 [+0.000, +0.000] NDCG@10 on all 300 test queries "
+                                   "(no clear change on them)")
+    # frozen: all (0.6451, MTEB's published NDCG@10 of all-MiniLM-L6-v2 on SciFact), then the empty seen column
+    assert rep.format_table().splitlines()[1].split()[1:3] == ["0.6451", "-"]
+
+
+def test_training_on_the_test_queries_leaves_no_unseen_part(scifact, shared_dir):
+    # every test query's relevant documents are training positives when the test queries train
+    d = scifact
+    p = d.corpus.shape[1]
+    tq = sorted(_test_qrels(shared_dir))
+    rep = generalisation_report(d, tq, {"identity": np.eye(p)}, n_boot=50)
+    assert rep.rows["frozen"]["unseen"] == {"n": 0} and rep.rows["frozen"]["seen"]["n"] == 300
+    assert any(n.startswith("every test query has a relevant document that was a training positive")
+               for n in rep.notes)
+    assert "every test query has a relevant training-positive document (100% of their relevant documents" \
+        in rep.headline
+
+
+def test_a_one_query_subset_has_a_difference_and_no_interval():
+    from asymgeo.adapters.generalisation import _cell
+
+    c = _cell({"a": 0.5, "b": 0.9}, {"a": 0.25, "b": 0.1}, ["a", "zz"], n_boot=10, seed=0)
+    assert c["n"] == 1 and c["ndcg"] == 0.5 and c["diff"] == 0.25
+    assert np.isnan(c["ci_low"]) and np.isnan(c["ci_high"])
+    assert _cell({"a": 0.5}, None, ["a"], 10, 0) == {"n": 1, "ndcg": 0.5}
