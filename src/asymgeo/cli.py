@@ -673,11 +673,6 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
               f"{a['validation_dual']:.4f}, dual - shared {a['diff']:+.4f} +/- {a['standard_error']:.4f} over "
               f"{a['n_validation']} queries; CARS {a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> "
               f"{a['cars_choice']})")
-    elif ad.selection_ is not None:
-        s = ad.selection_
-        why = ("cross-half asymmetry agrees more than it disagrees" if s.choice == "dual"
-               else "the asymmetry is not reproducible across half-splits")
-        print(f"CARS: score {s.score:+.4g} +/- {s.standard_error:.2g} -> {s.choice} ({why})")
     print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
           f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
     print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "

@@ -601,3 +601,64 @@ def test_evaluate_with_no_seen_documents_reports_an_empty_seen_part(fitted_dir, 
     assert g["seen"] == {"n": 0} and g["n_seen_documents"] == 0
     assert g["unseen"]["n"] == 300
     assert g["unseen"]["adapter"] == pytest.approx(res.mean["ndcg@10"], abs=1e-12)
+
+
+# ------------------------------------------------------------- the commands' text and JSON reports (issue #19)
+def test_evaluate_adapter_text_report_prints_the_library_figures(fitted_dir, shared_dir, capsys):
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", fitted_dir, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    assert main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(fitted_dir),
+                 *_data_args(shared_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # fitted on SciFact's train qrels: no test query trained it, so no note, and the head line first
+    head = lines[0]
+    assert head.startswith(f"scifact / all-MiniLM-L6-v2, test split, through the dual augmented adapter {fitted_dir}:")
+    assert head.endswith(f"exact search over 5,183 documents ({res.extra['backend']}), 300 queries")
+    for m, c in res.extra["vs_frozen"].items():
+        row = next(ln for ln in lines if ln.split()[:1] == [m])
+        assert row.split()[1:4] == [f"{c['adapter']:.4f}", f"{c['frozen']:.4f}", f"{c['diff']:+.4f}"], m
+    g = res.extra["generalisation"]
+    for name, label in (("seen", "queries with a relevant training-positive document"), ("unseen", "the other queries")):
+        if g[name]["n"]:
+            line = next(ln for ln in lines if f"on {label} ({g[name]['n']})" in ln)
+            assert f"{g[name]['adapter']:.4f} vs frozen {g[name]['frozen']:.4f}" in line
+
+
+def test_fit_json_report_equals_metrics_json(shared_dir, tmp_path, capsys):
+    out = tmp_path / "ad"
+    assert main(_fit_argv(shared_dir, out, "--json")) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads((out / "metrics.json").read_text())
+    assert printed["adapter"] == str(out)
+    for key in ("frozen", "closed_form", "trained", "n_train", "geometry", "rank"):
+        assert printed[key] == saved[key], key
+    assert printed["split"]["n_train"] == 32
+
+
+def test_fit_auto_text_report_names_the_rule_and_the_cars_figures(shared_dir, tmp_path, capsys):
+    out = tmp_path / "auto"
+    argv = ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "auto", "--selector", "cars",
+            "--rank", "4", "--n-train", "32", "--epochs", "1", "--learning-rates", "1e-3", "--no-progress",
+            "--out", str(out), *_data_args(shared_dir)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    a = json.loads((out / "metrics.json").read_text())["auto"]
+    assert (f"auto: {a['choice']} by cars on the training triples (only that family trained; CARS "
+            f"{a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> {a['cars_choice']})") in text
+    assert a["choice"] == a["cars_choice"]
+
+
+def test_fit_named_selector_without_auto_is_refused_before_loading(shared_dir, tmp_path, capsys):
+    argv = _fit_argv(tmp_path / "no-data-here", tmp_path / "ad", "--selector", "cars")
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "--selector cars: decides the family of --geometry auto only" in err
+    assert not (tmp_path / "ad").exists()
+
+
+def test_print_json_refuses_non_finite_numbers(capsys):
+    from asymgeo.cli import _print_json
+
+    with pytest.raises(ValueError, match="the result holds a non-finite number .*refusing to print invalid JSON"):
+        _print_json({"a": float("nan")})
+    assert capsys.readouterr().out == ""

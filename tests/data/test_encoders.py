@@ -64,3 +64,45 @@ def test_encoder_reproduces_the_shared_minilm_cache(shared_dir, tmp_path):
         assert len(ids) == a.shape[0] and cos.min() >= 0.999, f"worst row {ids[int(cos.argmin())]}: cosine {cos.min()}"
     assert mine.corpus.shape == (200, 384) and mine.queries.shape == (100, 384)
     assert mine.meta["prefixes"] == ref.meta["prefixes"] and mine.meta["max_tokens"] == ref.meta["max_tokens"] == 256
+
+
+@pytest.mark.parametrize("device, message", [
+    ("", "device: expected a torch device such as 'cpu' or 'cuda:0', got ''"),
+    (3, "device: expected a torch device such as 'cpu' or 'cuda:0', got 3"),
+    ("gpu0", "device: 'gpu0' is not a torch device"),
+    ("meta", r"device: 'meta' is not supported \(use 'cpu', 'cuda\[:N\]' or 'mps'\)"),
+])
+def test_check_device_refuses_what_torch_cannot_encode_on(device, message):
+    from asymgeo.data.encoders import check_device
+
+    with pytest.raises(ValueError, match=message):
+        check_device(device)
+
+
+def test_check_device_without_the_hardware_says_so():
+    torch = pytest.importorskip("torch")
+    from asymgeo.data.encoders import check_device
+
+    assert check_device("cpu") == "cpu"
+    assert check_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device: 'cuda:1' requested but CUDA is not available on this machine"):
+            check_device("cuda:1")
+    else:
+        n = torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"this machine has {n} CUDA device"):
+            check_device(f"cuda:{n}")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_available():
+        with pytest.raises(ValueError, match="device: 'mps' requested but MPS is not available on this machine"):
+            check_device("mps")
+
+
+def test_encoding_without_torch_names_the_extra(monkeypatch):
+    import sys
+
+    from asymgeo.data.encoders import check_device
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match=r"encoding needs torch .*install asymgeo\[encode\]"):
+        check_device("cpu")
