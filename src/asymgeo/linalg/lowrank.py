@@ -727,7 +727,10 @@ class _Tridiagonal:
 
 
 def _orthonormal_pair(B: np.ndarray, AB: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """CholeskyQR2 of B, carrying ``A B`` along (``A`` linear); None if B is rank deficient."""
+    """CholeskyQR2 of B, carrying ``A B`` along (``A`` linear); None if B is rank deficient
+    or ``A B`` is not finite (a non-finite matrix: the caller goes dense)."""
+    if not np.all(np.isfinite(AB)):
+        return None
     try:
         for _ in range(2):
             L_inv_T = np.linalg.inv(np.linalg.cholesky(B.T @ B)).T
@@ -793,8 +796,6 @@ def mixed_top_eigen(
         return None
     B = tri.apply_q(Y).astype(np.float64)
     SB = apply(B)
-    if not np.all(np.isfinite(SB)):  # a non-finite matrix: nothing to refine, the caller goes dense
-        return None
     for _ in range(max_iter):
         pair = _orthonormal_pair(B, SB)
         if pair is None:
