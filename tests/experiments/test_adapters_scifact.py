@@ -42,10 +42,9 @@ def test_quick_cell_runs_and_is_paired(shared_dir):
     cfg = dict(load_experiment("adapters", quick=True).configs()[0])
     cfg.update(data_dir=str(shared_dir / "data"), cache_dir=str(shared_dir / "embeddings"))
     out = cell(cfg)
-    # c = 0 (the frozen model) is in the baseline's grid: never below frozen on validation
-    assert out["baseline_shared_validation"] >= out["frozen_validation"] - 1e-12
-    assert out["baseline_dual_validation"] >= out["frozen_validation"] - 1e-12
-    assert out["cars_choice"] in ("shared", "dual")
+    # frozen all-MiniLM-L6-v2 on SciFact's 300 test queries: MTEB's published NDCG@10, 0.6451
+    assert out["frozen_test"] == pytest.approx(0.6451, abs=5e-5)
+    assert out["cars_choice"] == ("dual" if out["cars_score"] > 0 else "shared")
     assert np.isfinite([out[f"{f}_{m}_test"] for f in ("shared", "dual") for m in ("augmented", "projection")]).all()
     again = cell(cfg)  # deterministic given the seeds (wall times aside)
     assert {k: v for k, v in out.items() if not k.endswith("_seconds")} == {

@@ -48,6 +48,9 @@ def test_quick_cell_runs(shared_dir):
     rec = auto_geometry.cell({"dataset": "scifact", "encoder": "all-MiniLM-L6-v2", "rank": 4, "seed_index": 0,
                               "epochs": 1, "learning_rates": "1e-3", "selection": "document_disjoint", "anchor": 0.0,
                               "data_dir": str(shared_dir / "data"), "cache_dir": str(shared_dir / "embeddings")})
-    assert rec["choice_validation"] in ("shared", "dual") and rec["val_se"] > 0
+    assert rec["val_se"] > 0
+    # choose_family's rule: the better family beyond one standard error, else shared
+    assert rec["choice_validation"] == ("dual" if rec["val_diff"] > rec["val_se"] else "shared")
     assert rec["val_diff"] == pytest.approx(rec["val_dual"] - rec["val_shared"], abs=1e-12)
-    assert 0.6 < rec["test_frozen"] < 0.7
+    # frozen all-MiniLM-L6-v2 on SciFact's 300 test queries: MTEB's published NDCG@10, 0.6451
+    assert rec["test_frozen"] == pytest.approx(0.6451, abs=5e-5)
