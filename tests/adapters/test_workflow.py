@@ -290,6 +290,43 @@ def test_choose_family_rules():
         choose_family(V, table, corpus, good, good, _Cars("dual", 0.5, 1.0), tie_break="coin")
 
 
+def test_choose_family_record_by_hand():
+    """Two queries, binary NDCG@10 by hand.  The dual operator ranks each query's document
+    among exact score ties: trec_eval order (ids descending) puts query a's d0 4th and query
+    b's d1 3rd; lower-row order would put d0 2nd.  So the figures depend on the tie order too."""
+    import math
+
+    import numpy as np
+
+    from asymgeo.adapters.workflow import choose_family
+    from asymgeo.retrieval.metrics import RelevanceTable
+
+    ids = ["d0", "d1", "d2", "d3"]
+    corpus, V = np.eye(4), np.eye(4)[:2]
+    table = RelevanceTable({"a": {"d0": 1}, "b": {"d1": 1}}, ["a", "b"], ids)
+    good, bad = np.eye(4), np.roll(np.eye(4), 1, axis=1)
+    dual = np.array([1 / math.log2(5), 1 / math.log2(4)])
+    d = dual - 1.0
+    se = float(np.sqrt(((d - d.mean()) ** 2).sum() / 1) / np.sqrt(2))
+    r = choose_family(V, table, corpus, good, bad, _Cars("dual", 0.3, 0.1), corpus_ids=ids)
+    want = {"choice": "shared", "rule": "validation", "validation_shared": 1.0,
+            "validation_dual": float(dual.mean()), "diff": float(d.mean()), "standard_error": se,
+            "n_validation": 2, "cars_choice": "dual", "cars_score": 0.3, "cars_standard_error": 0.1}
+    assert set(r) == set(want)
+    for key, value in want.items():
+        assert r[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-12)), key
+    # without ids, ties go to the lower row: query a finds d0 second
+    r_rows = choose_family(V, table, corpus, good, bad, _Cars("dual", 0.3, 0.1))
+    assert r_rows["validation_dual"] == pytest.approx((1 / math.log2(3) + 0.5) / 2, rel=1e-12)
+    # one validation query: no standard error (infinite), so a tie, broken toward shared
+    one = RelevanceTable({"a": {"d0": 1}}, ["a"], ids)
+    r1 = choose_family(V[:1], one, corpus, bad, good, _Cars("dual", 9.0, 1.0), corpus_ids=ids)
+    assert r1["standard_error"] == float("inf") and (r1["choice"], r1["rule"]) == ("shared", "tie: shared")
+    # CARS breaks a tie only when its score is strictly beyond one of its standard errors
+    r2 = choose_family(V, table, corpus, good, good, _Cars("dual", 1.0, 1.0), tie_break="cars")
+    assert (r2["choice"], r2["rule"]) == ("shared", "tie: shared")
+
+
 def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_dir, tmp_path, capsys):
     import numpy as np
 
@@ -494,15 +531,27 @@ def test_auto_fit_with_a_named_selector_trains_only_the_chosen_family(shared_dir
     tr = got["tr"]
     X, D = tr.X.astype(np.float64), tr.Y_pos.astype(np.float64) - tr.Y_neg
     np.testing.assert_array_equal(seen["X"], tr.X)           # the same 64 training queries
+    from asymgeo.kernels.selection import cars_score
+
+    cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 4, seed=0)
+    common = {"rule": selector, "cars_choice": cars.choice, "cars_score": float(cars.score),
+              "cars_standard_error": float(cars.standard_error)}
     if selector == "ranking":
         want = ranking_choice(X, D, seen["V"], seen["table"], seen["corpus"], 4)
-        assert a["choice"] == want.choice and a["diff"] == pytest.approx(want.diff, abs=1e-12)
+        expected = {**common, "choice": want.choice, "validation_shared": want.ndcg["shared"],
+                    "validation_dual": want.ndcg["dual"], "diff": want.diff, "standard_error": want.standard_error,
+                    "n_validation": want.n_validation, "scale": want.scale}
     elif selector == "cv":
-        assert a["choice"] == cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=0).choice
+        cv = cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=0)
+        expected = {**common, "choice": cv.choice, "diff": cv.score, "standard_error": cv.standard_error}
     elif selector == "anisotropic":
-        assert a["choice"] == anisotropic_sure(X, D, 4).choice
+        an = anisotropic_sure(X, D, 4)
+        expected = {**common, "choice": an.choice, "statistic": an.statistic, "threshold": an.threshold}
     else:
-        assert a["choice"] == a["cars_choice"]
+        expected = {**common, "choice": cars.choice}
+    assert set(a) == set(expected)
+    for key, value in expected.items():
+        assert a[key] == (pytest.approx(value, rel=1e-12, abs=1e-15) if isinstance(value, float) else value), key
     with pytest.raises(ValueError, match="geometry='auto' only"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector=selector, data_dir=shared_dir / "data",
                     cache_dir=shared_dir / "embeddings")
@@ -662,3 +711,162 @@ def test_print_json_refuses_non_finite_numbers(capsys):
     with pytest.raises(ValueError, match="the result holds a non-finite number .*refusing to print invalid JSON"):
         _print_json({"a": float("nan")})
     assert capsys.readouterr().out == ""
+
+
+# ------------------------------------------------------------- evaluate --adapter against independent figures
+def _brute_per_query(Q, corpus, qrels, qids, corpus_ids, M):
+    """NDCG@10 per query by float64 scoring and pytrec_eval (trec_eval's tie order)."""
+    import numpy as np
+    import pytrec_eval
+
+    S = Q.astype(np.float64) @ M @ corpus.astype(np.float64).T
+    run = {}
+    for i, q in enumerate(qids):
+        top = np.argsort(-S[i], kind="stable")[:100]
+        run[q] = {corpus_ids[j]: float(S[i, j]) for j in top}
+    ev = pytrec_eval.RelevanceEvaluator({q: qrels[q] for q in qids}, {"ndcg_cut.10"}).evaluate(run)
+    return np.array([ev[q]["ndcg_cut_10"] for q in qids])
+
+
+def test_evaluate_adapter_figures_equal_pytrec_eval_and_the_seen_split_from_the_files(fitted_dir, shared_dir):
+    import numpy as np
+
+    from asymgeo.adapters.workflow import adapter_training_queries
+    from asymgeo.data import load_embeddings
+    from asymgeo.retrieval.compare import paired_comparison
+
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", fitted_dir, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    emb = load_embeddings("scifact", "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    test = _tsv_qrels(shared_dir / "data" / "scifact" / "qrels" / "test.tsv")
+    qids = list(res.query_ids)
+    Q = np.asarray(emb.queries[emb.query_rows(qids)], dtype=np.float32)
+    M = load_adapter(fitted_dir).operator_
+    a = _brute_per_query(Q, np.asarray(emb.corpus), test, qids, emb.corpus_ids, M)
+    f = _brute_per_query(Q, np.asarray(emb.corpus), test, qids, emb.corpus_ids, np.eye(M.shape[0]))
+    np.testing.assert_allclose(res.per_query["ndcg@10"], a, atol=1e-6)
+    vs = res.extra["vs_frozen"]["ndcg@10"]
+    cmp = paired_comparison(a, f, n_boot=2000, seed=0)
+    assert set(vs) == {"adapter", "frozen", "diff", "ci_low", "ci_high"}
+    assert vs["adapter"] == pytest.approx(a.mean(), abs=1e-6) and vs["frozen"] == pytest.approx(f.mean(), abs=1e-6)
+    assert (vs["ci_low"], vs["ci_high"]) == pytest.approx((cmp.ci_low, cmp.ci_high), abs=1e-6)
+    # seen documents: the training queries' relevant documents, read from qrels/train.tsv
+    train = _tsv_qrels(shared_dir / "data" / "scifact" / "qrels" / "train.tsv")
+    ids = adapter_training_queries(load_adapter(fitted_dir), "scifact", data_dir=shared_dir / "data")
+    seen_docs = {d for q in ids for d, g in train[q].items() if g >= 1}
+    g = res.extra["generalisation"]
+    assert g["metric"] == "ndcg@10" and g["n_seen_documents"] == len(seen_docs)
+    pos = {q: i for i, q in enumerate(qids)}
+    for name, keep in (("seen", lambda q: bool(seen_docs & set(test[q]))),
+                       ("unseen", lambda q: not seen_docs & set(test[q]))):
+        rows = [pos[q] for q in qids if keep(q)]
+        c = paired_comparison(a[rows], f[rows], n_boot=2000, seed=0)
+        assert g[name]["n"] == len(rows) > 0, name
+        assert (g[name]["adapter"], g[name]["frozen"], g[name]["ci_low"], g[name]["ci_high"]) == pytest.approx(
+            (a[rows].mean(), f[rows].mean(), c.ci_low, c.ci_high), abs=1e-6), name
+
+
+def _tsv_qrels(path):
+    out: dict[str, dict[str, int]] = {}
+    for line in path.read_text().splitlines()[1:]:
+        if line.strip():
+            q, d, g = line.split("\t")
+            out.setdefault(q, {})[d] = int(g)
+    return out
+
+
+@pytest.mark.parametrize("ties", ["trec_eval", "index"])
+def test_evaluate_adapter_passes_ties_and_backend_to_both_runs(shared_dir, tmp_path, ties):
+    # an identity adapter on NFCorpus (many exact ties): adapter and frozen rank alike under either
+    # tie order, so every difference is exactly 0, and the backend asked for is the one that ran
+    import numpy as np
+
+    ad = Adapter.from_maps(np.zeros((2, 384)), geometry="shared", form="augmented")
+    save_adapter(ad, tmp_path / "ad")
+    res = evaluate_adapter("nfcorpus", "all-MiniLM-L6-v2", tmp_path / "ad", data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings", ties=ties, backend="torch")
+    assert res.extra["backend"].startswith("torch")
+    for m, c in res.extra["vs_frozen"].items():
+        assert c["diff"] == 0.0, m
+
+
+def test_evaluate_refuses_an_adapter_of_another_encoder_with_the_same_dimension(fitted_dir, shared_dir, tmp_path):
+    import shutil
+
+    other = tmp_path / "other"
+    shutil.copytree(fitted_dir, other)
+    cfg = json.loads((other / "adapter.json").read_text())
+    cfg["encoder"] = "all-mpnet-base-v2"  # edited to claim 384-dimensional MPNet embeddings
+    (other / "adapter.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as err:
+        evaluate_adapter("scifact", "all-MiniLM-L6-v2", other, data_dir=shared_dir / "data",
+                         cache_dir=shared_dir / "embeddings")
+    assert str(err.value) == f"{other}: adapter was trained on 'all-mpnet-base-v2' embeddings, not 'all-MiniLM-L6-v2'"
+
+
+def test_split_record_edge_cases(rng):
+    from asymgeo.adapters.workflow import _split_record
+
+    ad = Adapter.from_maps(rng.normal(size=(2, 4)))
+    ad.metadata_ = {"dataset": "x", "extra": ["not", "an", "object"]}
+    assert _split_record(ad) == {}
+    ad.metadata_ = {"extra": {"split": {"seed": 1, "subset_seed": "3"}}}
+    with pytest.raises(ValueError) as err:
+        _split_record(ad)
+    assert str(err.value) == ("adapter.json: extra.split.subset_seed: expected an integer, got '3' (edited or "
+                              "damaged); re-fit the adapter")
+    ad.metadata_ = {"extra": {"split": [1]}}
+    with pytest.raises(ValueError) as err:
+        _split_record(ad)
+    assert str(err.value) == ("adapter.json: extra.split: expected an object, got list (edited or damaged); the "
+                              "queries that trained the adapter cannot be known: re-fit it")
+    ad.metadata_ = None
+    assert _split_record(ad) == {}
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_seen_and_training_queries_follow_the_recorded_split_seed(test_only_scifact, rng, seed):
+    """On a dataset without train qrels the carve depends on the seed: the seen queries and the
+    training queries are rebuilt with the recorded one (the split's default when none is recorded),
+    computed here from qrels/test.tsv independently of asymgeo's split code."""
+    import numpy as np
+
+    from asymgeo.adapters.generalisation import ids_digest
+    from asymgeo.adapters.workflow import adapter_seen_queries, adapter_training_queries
+    from asymgeo.data import nested_subsets
+
+    root = test_only_scifact
+    qrels_path = root / "data" / "scifact" / "qrels" / "test.tsv"
+    s = 20260809 if seed is None else seed
+    held_out, seen = _held_out_test_ids(qrels_path, seed=s)
+    ids = sorted({ln.split("\t")[0] for ln in qrels_path.read_text().splitlines()[1:]
+                  if ln.strip() and int(ln.split("\t")[2]) > 0})
+    perm = [ids[i] for i in np.random.default_rng(s).permutation(len(ids))]
+    train = perm[:round(0.6 * len(ids))]
+    sub = nested_subsets(train, sizes=[20], seed=3)[20]
+    split = {"train_ids_sha256": ids_digest(sub), "n_train_requested": 20, "subset_seed": 3}
+    if seed is not None:
+        split["seed"] = seed
+    ad = Adapter.from_maps(rng.normal(size=(2, 384)))
+    ad.metadata_ = {"dataset": "scifact", "extra": {"split": split}}
+    assert adapter_seen_queries(ad, "scifact", data_dir=root / "data") == set(seen)
+    assert adapter_training_queries(ad, "scifact", data_dir=root / "data") == sub
+    split["subset_seed"] = 4  # another subset than the digest's: not rebuilt
+    assert adapter_training_queries(ad, "scifact", data_dir=root / "data") is None
+
+
+def test_evaluate_messages_in_full(fitted_dir, shared_dir, tmp_path):
+    import shutil
+
+    with pytest.raises(ValueError) as err:
+        evaluate_adapter("scifact", "all-MiniLM-L6-v2", "  ", data_dir=shared_dir / "data")
+    assert str(err.value) == "adapter: empty path (an unset shell variable?); name the folder written by asymgeo fit"
+    tampered = tmp_path / "t"
+    shutil.copytree(fitted_dir, tampered)
+    cfg = json.loads((tampered / "adapter.json").read_text())
+    cfg["extra"]["split"]["train_ids_sha256"] = "0" * 64
+    (tampered / "adapter.json").write_text(json.dumps(cfg))
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", tampered, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    assert res.extra["notes"] == ["the training queries cannot be rebuilt from adapter.json: no seen / "
+                                  "unseen-document split"]

@@ -422,7 +422,7 @@ def adapter_training_queries(adapter: Adapter, dataset: Any, *,
     way and returned only when the digest agrees, else ``None`` (another dataset, an adapter
     not written by ``asymgeo fit``, or different data).
     """
-    from ..data import adaptation_split, load_beir, nested_subsets
+    from ..data import DEFAULT_SPLIT_SEED, adaptation_split, load_beir, nested_subsets
     from .generalisation import ids_digest
 
     ds = load_beir(dataset, data_dir=data_dir)
@@ -431,7 +431,7 @@ def adapter_training_queries(adapter: Adapter, dataset: Any, *,
     if meta.get("dataset") != ds.name or "train_ids_sha256" not in split:
         return None
     labels = ds.all_qrels()
-    ids = [q for q in adaptation_split(ds, int(split.get("seed", 0)))["train"]
+    ids = [q for q in adaptation_split(ds, int(split.get("seed", DEFAULT_SPLIT_SEED)))["train"]
            if any(g >= 1 for g in labels.get(q, {}).values())]
     n = split.get("n_train_requested")
     if n is not None:
