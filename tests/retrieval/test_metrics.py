@@ -469,3 +469,70 @@ def test_eval_result_query_returns_that_querys_values():
     assert res.query("q1") == pytest.approx({"ndcg@10": 1 / math.log2(3), "recall@1": 0.0})
     with pytest.raises(ValueError):
         res.query("zz")
+
+
+# --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
+def test_result_repr_dict_and_table_in_full():
+    res = evaluate_run({"q1": {"a": 2.0, "b": 1.0}, "q2": {"b": 1.0}, "q3": {"c": 1.0}, "zz": {"a": 1.0}},
+                       {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 0}}, ["ndcg@10", "recall@1"])
+    assert repr(res) == "EvalResult(2 queries: ndcg@10=1.0000, recall@1=1.0000)"
+    d = res.as_dict()
+    assert (d["n_no_relevant"], d["n_unjudged"], d["n_missing"]) == (1, 1, 0)
+    assert format_metrics(res) == ("ndcg@10   1.0000\nrecall@1  1.0000\n"
+                                   "queries   2  (1 without relevant documents excluded)")
+    assert format_metrics(res, title="T").splitlines()[0] == "T"
+    idx = evaluate_indices(np.array([[0], [1]]), _table(), ["ndcg@10"])
+    assert (idx.n_unjudged, idx.n_missing, idx.n_no_relevant) == (0, 0, 0)
+    assert format_metrics(idx).splitlines()[-1] == "queries  2"
+
+
+def test_messages_in_full():
+    with pytest.raises(ValueError) as e:
+        evaluate_run({}, {"q": {"a": 1}})
+    assert str(e.value) == "run: empty; no query was retrieved"
+    for absent, word in ((["q2"], "query"), (["q2", "q3"], "queries")):
+        qrels = {"q1": {"a": 1}, **{q: {"a": 1} for q in absent}}
+        with pytest.raises(ValueError) as e:
+            evaluate_run({"q1": {"a": 1.0}}, qrels)
+        assert str(e.value).startswith(f"run: {len(absent)} qrels {word} with relevant documents missing from the run")
+        with pytest.raises(ValueError) as e:
+            RelevanceTable(qrels, ["q1"], ["a"])
+        assert str(e.value).startswith(f"qrels: {len(absent)} {word} not among query_ids (first: 'q2')")
+    with pytest.raises(ValueError) as e:
+        RelevanceTable({"q": {"zz": 1}}, ["q"], ["a"])
+    assert str(e.value) == "qrels['q']: document 'zz' is not in corpus_ids; pass unknown_docs='ignore' to skip such judgements"
+    for qids, cids, what in ((["q", "q"], ["a"], "query_ids"), (["q"], ["a", "a"], "corpus_ids")):
+        with pytest.raises(ValueError) as e:
+            RelevanceTable({"q": {"a": 1}}, qids, cids)
+        assert str(e.value) == f"{what}: contains duplicate ids"
+
+
+def test_an_empty_ranking_does_not_stop_the_queries_after_it():
+    # hand calculation: q1 retrieved nothing (0), q2 ranks its relevant b first (1)
+    res = evaluate_run({"q1": {}, "q2": {"b": 1.0}}, {"q1": {"a": 1}, "q2": {"b": 1}}, ["ndcg@10"])
+    assert res.by_query("ndcg@10") == {"q1": 0.0, "q2": 1.0}
+
+
+def test_an_unknown_document_does_not_hide_the_judgements_after_it():
+    t = RelevanceTable({"q": {"zz": 1, "a": 2, "b": 1}}, ["q"], ["a", "b"], unknown_docs="ignore")
+    np.testing.assert_array_equal(t.grades(np.array([[1, 0]])), [[1.0, 2.0]])
+    assert t.n_rel.tolist() == [3]  # zz still counts toward the ideal ranking, as in trec_eval
+
+
+def test_a_table_whose_judgements_are_all_outside_the_corpus_grades_zero():
+    t = RelevanceTable({"q": {"zz": 1}, "r": {"yy": 2}}, ["q", "r"], ["a", "b"], unknown_docs="ignore")
+    out = t.grades(np.array([[0, 1], [1, 0]]))
+    assert out.tolist() == [[0.0, 0.0], [0.0, 0.0]] and out.dtype == np.float64
+
+
+def test_order_ties_by_id_by_hand_over_several_rows():
+    from asymgeo.retrieval.metrics import order_ties_by_id
+
+    ids = ["b", "a", "d", "c"]
+    S = np.array([[3.0, 2.0, 2.0, 2.0], [1.0, 1.0, 0.0, 0.0]])
+    idx = np.array([[2, 0, 1, 3], [1, 0, 3, 2]])
+    # trec_eval: score descending, then id descending: row 0 -> d | c, b, a; row 1 -> b, a | d, c
+    assert order_ties_by_id(S, idx, ids).tolist() == [[2, 3, 0, 1], [0, 1, 2, 3]]
+    assert order_ties_by_id(S, idx, ids, descending=False).tolist() == [[2, 1, 0, 3], [1, 0, 3, 2]]
+    with pytest.raises(ValueError, match=r"indices: values must lie in \[0, 4\), got \[0, 4\]"):
+        order_ties_by_id(S, np.array([[0, 1, 2, 4], [0, 1, 2, 3]]), ids)
