@@ -51,8 +51,8 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "        depth = min(n_docs, 2 * depth)", "        break",
      ["tests/retrieval/test_search.py", "-k", "trec_order"]),
     ("select --validate ignores --selector-dim and --seed", "cli.py",
-     "selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids, progress=None)",
-     "selector_dim=None, seed=0, query_ids=tr.query_ids, progress=None)",
+     "selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,",
+     "selector_dim=None, seed=0, query_ids=tr.query_ids,",
      ["tests/test_cli.py", "-k", "passes_selector_dim"]),
     ("the Gram-SVD path is never certified", "linalg/lowrank.py",
      '    if np.all(resid <= tol * s[0]):\n        _count("singular:gram")', '    if True:\n        _count("singular:gram")',
@@ -116,6 +116,29 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
     ("auto with a named selector trains both families", "adapters/workflow.py",
      '            ad = train(auto["choice"])', '            fitted = {fam: train(fam) for fam in ("shared", "dual")}\n            ad = fitted[auto["choice"]]',
      ["tests/adapters/test_workflow.py", "-k", "named_selector and cars"]),
+    ("a damaged chunk is trusted when encoding resumes", "data/cache.py",
+     "        except (ValueError, OSError, EOFError):\n            return False",
+     "        except (ValueError, OSError, EOFError):\n            return True",
+     ["tests/data/test_cache.py", "-k", "damaged_chunk"]),
+    ("a score overflow for a later query is ranked as +inf", "retrieval/search.py",
+     "    bad = ~np.isfinite(top.scores) & (top.indices >= 0)\n    if bad.any():",
+     "    bad = ~np.isfinite(top.scores) & (top.indices >= 0)\n    if False:",
+     ["tests/retrieval/test_search.py", "-k", "later_query"]),
+    ("evaluate --adapter's frozen run ignores the tie order asked for", "adapters/workflow.py",
+     "                             backend=backend, ties=ties, exclude_queries=seen)",
+     "                             backend=backend, exclude_queries=seen)",
+     ["tests/adapters/test_workflow.py", "-k", "ties_and_backend"]),
+    ("the training queries are rebuilt with seed 0 when none is recorded", "adapters/workflow.py",
+     'int(split.get("seed", DEFAULT_SPLIT_SEED)))["train"]', 'int(split.get("seed", 0)))["train"]',
+     ["tests/adapters/test_workflow.py", "-k", "recorded_split_seed"]),
+    ("a validation table of the wrong type reaches len()", "adapters/training.py",
+     '        for attr in ("rows", "n_docs", "grades"):\n            if not hasattr(validation_relevance, attr):',
+     '        for attr in ():\n            if not hasattr(validation_relevance, attr):',
+     ["tests/adapters/test_training.py", "-k", "refused_naming"]),
+    ("a failed pivoted Cholesky is not caught", "linalg/lowrank.py",
+     "    except np.linalg.LinAlgError:\n        return None\n    if k < 1:",
+     "    except ZeroDivisionError:\n        return None\n    if k < 1:",
+     ["tests/linalg/test_lowrank.py", "-k", "failed_pivoted"]),
 ]
 
 
@@ -129,11 +152,27 @@ def run_one(fault: tuple[str, str, str, str, list[str]]) -> tuple[bool, float]:
     try:
         path.write_text(text.replace(old, new, 1))
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args],
-                             cwd=ROOT, capture_output=True, text=True)
-        return out.returncode != 0, time.perf_counter() - t0
+        rc = _pytest(args)
+        if rc not in (0, 1):
+            raise SystemExit(f"{' '.join(args)}: pytest exited {rc} with the fault planted (no tests selected, "
+                             "or a collection error): the fault is not judged")
+        return rc == 1, time.perf_counter() - t0
     finally:
         path.write_bytes(original)
+
+
+def _pytest(args: list[str]) -> int:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args],
+                          cwd=ROOT, capture_output=True, text=True).returncode
+
+
+def check_baseline(faults: list[tuple[str, str, str, str, list[str]]]) -> None:
+    """The tests meant to catch each fault must select something and pass on the unplanted code,
+    or a "killed" would only mean they fail anyway."""
+    for args in {tuple(f[4]) for f in faults}:
+        rc = _pytest(list(args))
+        if rc != 0:
+            raise SystemExit(f"{' '.join(args)}: exits {rc} on the unplanted code; fix the tests before planting")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         for d, rel, *_ in FAULTS:
             print(f"{rel}: {d}")
         return 0
+    check_baseline(FAULTS)
     rows, killed = [], 0
     for fault in FAULTS:
         caught, secs = run_one(fault)

@@ -378,3 +378,97 @@ def test_writable_is_false_for_a_missing_folder(tmp_path):
     import asymgeo.data.triples as triples
 
     assert triples._writable(tmp_path) and not triples._writable(tmp_path / "missing")
+
+
+# --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
+def test_user_triples_dir_defaults_under_the_home_cache(monkeypatch, tmp_path):
+    import asymgeo.data.triples as triples
+
+    monkeypatch.delenv("ASYMGEO_TRIPLES_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert triples._user_triples_dir() == tmp_path / ".cache" / "asymgeo" / "triples"
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "mine"))
+    assert triples._user_triples_dir() == tmp_path / "mine"
+
+
+@pytest.mark.parametrize("damage", ["row_past_corpus", "negative_row", "unsorted", "nan_score", "int32_rows",
+                                    "other_shape"])
+def test_every_inconsistent_triple_cache_is_rebuilt_and_named(hand, count_searches, damage, caplog):
+    root, cache = hand
+    ids = ["q0", "q1", "q2"]
+    good = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
+    with np.load(path) as z:
+        rows, scores, meta = z["rows"].copy(), z["scores"].copy(), str(z["meta"][()])
+    if damage == "row_past_corpus":
+        rows[2, 1] = 7  # the corpus has rows 0..6
+    elif damage == "negative_row":
+        rows[2, 1] = -1
+    elif damage == "unsorted":
+        scores[1] = scores[1][::-1] + np.array([0.0, 0.5], np.float32)  # ascending within a row
+    elif damage == "nan_score":
+        scores[0, 1] = np.nan
+    elif damage == "int32_rows":
+        rows = rows.astype(np.int32)
+    else:
+        rows, scores = rows[:2], scores[:2]
+    with open(path, "wb") as fh:
+        np.savez(fh, rows=rows, scores=scores, meta=np.array(meta))
+    with caplog.at_level("WARNING", logger="asymgeo.data.triples"):
+        again = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert _fields(again) == _fields(good) and len(count_searches) == 2
+    assert [r.getMessage() for r in caplog.records if "triple cache" in r.getMessage()] == [
+        f"{path}: triple cache does not match its key or is damaged; rebuilding it"]
+
+
+def test_an_unreadable_triple_cache_is_named_with_the_reason(hand, count_searches, caplog):
+    root, cache = hand
+    load_triples(root, "enc", ["q0"], cache_dir=cache, k=2)
+    (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
+    path.write_bytes(b"not a zip file")
+    with caplog.at_level("WARNING", logger="asymgeo.data.triples"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2)
+    (msg,) = [r.getMessage() for r in caplog.records if "triple cache" in r.getMessage()]
+    assert msg.startswith(f"{path}: unreadable triple cache, rebuilding it (") and len(msg) > len(str(path)) + 40
+
+
+def test_a_subset_keeps_every_field_row_for_row(hand):
+    root, cache = hand
+    tr = load_triples(root, "enc", ["q0", "q1", "q2", "q3"], cache_dir=cache, k=2)
+    sub = tr.subset(["q2", "q0"])
+    pick = [2, 0]
+    for name in ("X", "Y_pos", "Y_neg", "query_rows", "pos_rows", "neg_rows", "hard_negative_rows"):
+        np.testing.assert_array_equal(getattr(sub, name), getattr(tr, name)[pick], err_msg=name)
+    for name in ("query_ids", "pos_ids", "neg_ids", "hard_negative_ids"):
+        assert getattr(sub, name) == [getattr(tr, name)[i] for i in pick], name
+    assert (sub.dataset, sub.encoder, sub.split, sub.skipped) == (tr.dataset, tr.encoder, tr.split, tr.skipped)
+    assert (tr.dataset, tr.encoder, tr.split) == ("hand", "enc", "custom")
+    np.testing.assert_array_equal(sub.hard_negatives(), tr.hard_negatives()[pick])
+    assert sub.hard_negatives().dtype == np.float32
+
+
+def test_load_triples_defaults_to_the_train_split_and_honours_the_split_seed(hand):
+    from asymgeo.data import adaptation_split
+
+    root, cache = hand
+    default = load_triples(root, "enc", cache_dir=cache, k=2)
+    assert default.query_ids == load_triples(root, "enc", "train", cache_dir=cache, k=2).query_ids
+    assert default.split == "train" and set(default.query_ids) <= {"q0", "q1"}
+    ds = load_beir(root)
+    for seed in (1, 2, 3, 4):
+        want = [q for q in adaptation_split(ds, seed)["validation"] if q in ("q0", "q1")]
+        assert load_triples(root, "enc", "validation", cache_dir=cache, k=1, seed=seed).query_ids == want
+
+
+def test_mine_hard_negatives_messages_defaults_and_backend():
+    C = np.eye(4, dtype=np.float32)
+    with pytest.raises(ValueError) as e:
+        mine_hard_negatives(np.ones((3, 4)), C, [set()], k=1)
+    assert str(e.value) == "exclude: expected 3 collections (one per query), got 1"
+    with pytest.raises(ValueError, match="^k: "):
+        mine_hard_negatives(np.ones((1, 4)), C, [set()], k=0)
+    big = np.eye(12, dtype=np.float32)
+    res = mine_hard_negatives(np.ones((2, 12)), big, [set(), set()])
+    assert res.indices.shape == (2, 8) and res.backend in ("numpy", "torch:cuda")
+    empty = mine_hard_negatives(np.ones((0, 4)), C, [], k=2)
+    assert empty.indices.shape == (0, 2) and empty.scores.shape == (0, 2) and empty.backend == "numpy"
