@@ -34,3 +34,8 @@ def flaky_cell(config: dict) -> dict:
     if os.environ.get("ASYMGEO_TEST_INTERRUPT_X") == x:
         raise KeyboardInterrupt
     return toy_cell(config)
+
+
+def list_cell(config: dict) -> list:
+    """A broken cell: returns a list, not a record."""
+    return [int(config["x"])]

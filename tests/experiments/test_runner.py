@@ -389,3 +389,38 @@ def test_consolidate_refuses_an_unknown_format_before_writing(tmp_path):
     with pytest.raises(ValueError, match="fmt: expected 'parquet', 'csv' or 'auto', got 'xlsx'"):
         consolidate(tmp_path, exp, fmt="xlsx")
     assert sorted(p.name for p in (tmp_path / "toy").iterdir()) == before
+
+
+def test_a_cell_that_returns_no_record_fails_naming_the_cell(tmp_path):
+    exp = _toy(cell="sweep_cells:list_cell", xs=range(2))
+    with pytest.raises(SweepError, match=r"2 of 2 cells failed.*cell sweep_cells:list_cell: expected a dict record, "
+                                         r"got list"):
+        run_sweep(exp, results_dir=tmp_path, workers=1, progress=False)
+    assert runner.load_records(tmp_path, "toy") == {}
+
+
+def test_ctrl_c_in_the_process_pool_keeps_finished_cells_and_resumes(tmp_path, monkeypatch):
+    exp = _toy(cell="sweep_cells:flaky_cell", xs=range(8))
+    monkeypatch.setenv("ASYMGEO_TEST_INTERRUPT_X", "6")
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(exp, results_dir=tmp_path, workers=2, progress=False)
+    done = set(_records(tmp_path))
+    assert len(done) < 8
+    monkeypatch.delenv("ASYMGEO_TEST_INTERRUPT_X")
+    res = run_sweep(exp, results_dir=tmp_path, workers=2, progress=False)
+    assert (res.n_skipped, res.n_run) == (len(done), 8 - len(done))
+    ref = tmp_path / "ref"
+    run_sweep(_toy(cell="sweep_cells:flaky_cell", xs=range(8)), results_dir=ref, workers=1, progress=False)
+    assert _records(tmp_path) == _records(ref)
+
+
+def test_ray_executor_starts_and_stops_its_own_cluster_and_reports_a_failed_cell(tmp_path, monkeypatch):
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    monkeypatch.setenv("ASYMGEO_TEST_FAIL_X", "3")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    with pytest.raises(SweepError, match=r"1 of 6 cells failed.*simulated crash at x = 3"):
+        run_sweep(_toy(cell="sweep_cells:flaky_cell"), results_dir=tmp_path, executor="ray", workers=2,
+                  progress=False)
+    assert not ray.is_initialized(), "the cluster it started is shut down"
+    assert sorted(r["square"] for r in _records(tmp_path).values()) == [0, 1, 4, 16, 25]
