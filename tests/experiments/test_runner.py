@@ -109,6 +109,18 @@ def test_toml_syntax_error_names_file(tmp_path):
      r"both \[grid\] and \[fixed\]"),
     ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {"x": [1]}, "extra": {}},
      r"unknown top-level"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {"x": [float("nan")]}},
+     r"\[grid\] x: expected a finite number, got nan"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": [1]}, r"\[grid\] must be a table, got list"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {"x": [1, 2, 1]}},
+     r"\[grid\] x: contains repeated values \[1, 2, 1\]"),
+    ({"experiment": {"name": "../up", "cell": "m:f", "master_seed": 1}, "grid": {"x": [1]}},
+     r"\[experiment\] name: expected a plain folder name, got '../up'"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {}}, r"\[grid\] has no axes"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {"x": [1]}, "quick": {"other": {}}},
+     r"\[quick\] may only contain \[quick.grid\] and \[quick.fixed\], got \['other'\]"),
+    ({"experiment": {"name": "t", "cell": "m:f", "master_seed": 1}, "grid": {"x": [1]}, "fixed": {"a": 1},
+      "quick": {"fixed": {"b": 2}}}, r"\[quick.fixed\] b: not a key of \[fixed\] \(keys: \['a'\]\)"),
 ])
 def test_parse_errors_name_file_and_key(data, match):
     with pytest.raises(ValueError, match=match) as info:

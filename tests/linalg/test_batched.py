@@ -320,3 +320,18 @@ def test_batched_equals_the_numpy_path_on_random_shapes(n, p, r_frac, L, seed):
     batched = cars_score(X, Yp, Yn, r, n_splits=L, seed=seed, device="torch-cpu")
     ref = cars_score(X, Yp, Yn, r, n_splits=L, seed=seed, device="cpu")
     _assert_same(batched, ref)
+
+
+def test_batched_terms_refuse_bad_inputs_naming_them():
+    X = np.ones((6, 3))
+    splits = [(np.arange(3), np.arange(3, 6))]
+    with pytest.raises(ValueError, match=r"X, D: expected two \(n, p\) arrays of one shape, got \(6, 3\) and \(6, 2\)"):
+        batched_cars_terms(X, np.ones((6, 2)), splits, 1, "cpu")
+    with pytest.raises(ValueError, match=r"rank: expected an integer in \[1, 3\], got 4"):
+        batched_cars_terms(X, X, splits, 4, "cpu")
+    with pytest.raises(ValueError, match=r"rank: expected an integer in \[1, 3\], got True"):
+        batched_cars_terms(X, X, splits, True, "cpu")
+    with pytest.raises(ValueError, match=r"splits: expected at least one \(I1, I2\) pair"):
+        batched_cars_terms(X, X, [], 1, "cpu")
+    with pytest.raises(ValueError, match="singular: expected 'gram' or 'svd', got 'qr'"):
+        batched_cars_terms(X, X, splits, 1, "cpu", singular="qr")
