@@ -36,7 +36,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "evaluate": ("src/asymgeo/data/evaluate.py", ["tests/data/test_evaluate.py"]),
     "triples": ("src/asymgeo/data/triples.py", ["tests/data/test_triples.py"]),
     "cache": ("src/asymgeo/data/cache.py", ["tests/data/test_cache.py"]),
-    "training": ("src/asymgeo/adapters/training.py", ["tests/adapters/test_adapter.py",
+    "training": ("src/asymgeo/adapters/training.py", ["tests/adapters/test_training.py", "tests/adapters/test_adapter.py",
                                                         "tests/adapters/test_planted_faults.py"]),
     "workflow": ("src/asymgeo/adapters/workflow.py", ["tests/adapters/test_workflow.py",
                                                         "tests/adapters/test_planted_faults.py"]),
