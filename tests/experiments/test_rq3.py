@@ -525,3 +525,50 @@ def test_random_planes_variant_changes_only_w(standin, base_cfg, runs):
     assert rec["plane_directions"] == "random" and rec["relevance_energy"] == pytest.approx(lead["relevance_energy"])
     assert rec["w_query_energy"] != pytest.approx(lead["w_query_energy"])
     assert rec["ndcg_frozen"] != pytest.approx(lead["ndcg_frozen"])
+
+
+# ------------------------------------------------------------------ small helpers by hand (issue #19)
+def test_parse_learning_rates_takes_a_list_and_refuses_other_types():
+    assert rq3.parse_learning_rates([1e-3, "3e-3"]) == (1e-3, 3e-3)
+    with pytest.raises(TypeError, match=r"learning_rates: expected a number or a string of numbers, got \{'a': 1\}"):
+        rq3.parse_learning_rates({"a": 1})
+
+
+def test_t_interval_by_hand():
+    from scipy import stats
+
+    m, lo, hi, se, n = rq3.t_interval([1.0, 2.0, 4.0, float("nan")])
+    sd = np.std([1.0, 2.0, 4.0], ddof=1)
+    half = stats.t.ppf(0.975, 2) * sd / np.sqrt(3)
+    assert (m, n) == (7 / 3, 3) and (lo, hi, se) == pytest.approx((7 / 3 - half, 7 / 3 + half, sd / np.sqrt(3)))
+    one = rq3.t_interval([0.5])
+    assert one[0] == 0.5 and one[4] == 1 and all(np.isnan(one[1:4]))
+    none = rq3.t_interval([float("nan")])
+    assert none[4] == 0 and all(np.isnan(none[:4]))
+
+
+def test_query_matrix_needs_equal_length_per_query_rows():
+    g = pd.DataFrame({"seed_index": [1, 0], "pq": [np.array([1.0, 2.0]), np.array([3.0, 4.0])]})
+    np.testing.assert_array_equal(rq3._query_matrix(g, "pq"), [[3.0, 4.0], [1.0, 2.0]])  # seed order
+    assert rq3._query_matrix(g, "absent") is None
+    uneven = pd.DataFrame({"seed_index": [0, 1], "pq": [np.array([1.0]), np.array([3.0, 4.0])]})
+    assert rq3._query_matrix(uneven, "pq") is None
+    missing = pd.DataFrame({"seed_index": [0, 1], "pq": [np.array([1.0]), float("nan")]})
+    assert rq3._query_matrix(missing, "pq") is None
+
+
+def test_a_split_without_usable_judgements_is_refused(tmp_path):
+    import json
+
+    from asymgeo.data import write_embeddings
+
+    root = tmp_path / "d"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": d}) + "\n" for d in "ab"))
+    (root / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": q}) + "\n" for q in ("q1", "q2")))
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\ta\t1\n")
+    C = np.eye(2, dtype=np.float32)
+    write_embeddings(tmp_path / "c" / "d" / "enc", C, ["a", "b"], C, ["q1", "q2"], {"normalised": True})
+    ds, emb = load_beir(root), load_embeddings(root, "enc", cache_dir=tmp_path / "c")
+    with pytest.raises(ValueError, match="d: the validation split has no usable relevance judgements"):
+        rq3._split_table(ds, emb, ["q2"], "validation")
