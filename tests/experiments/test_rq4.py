@@ -104,3 +104,15 @@ def test_centring_effect_headline_uses_the_papers_ranks():
     assert paper.loc["raw", "mean_at_largest_n"] == pytest.approx(0.3) and paper.loc["raw", "first_positive_n"] == 64
     assert every.loc["raw", "mean_at_largest_n"] == pytest.approx((0.2 + 0.4 - 2.0) / 3)
     assert every.loc["raw", "first_positive_n"] is None  # "never"
+
+
+def test_frozen_ndcg_names_a_missing_cache_instead_of_failing(tmp_path, shared_dir):
+    import pandas as pd
+
+    from asymgeo.experiments.rq4 import frozen_ndcg
+
+    df = pd.DataFrame({"dataset": ["scifact", "scifact"], "encoder": ["all-MiniLM-L6-v2", "no-such-encoder"],
+                       "data_dir": [str(shared_dir / "data")] * 2, "cache_dir": [str(shared_dir / "embeddings")] * 2})
+    ok, missing = frozen_ndcg(df)
+    assert ok["encoder"] == "all-MiniLM-L6-v2" and ok["queries"] == 300
+    assert set(missing) == {"dataset", "encoder", "error"} and "no-such-encoder" in missing["error"]

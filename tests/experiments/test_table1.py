@@ -126,3 +126,18 @@ def test_size_correlations_per_pair_and_pooled():
     assert corr.loc["a", "spearman"] == pytest.approx(1.0) and corr.loc["b", "spearman"] == pytest.approx(-1.0)
     # pooled: the level difference alone makes the pooled rank correlation strongly positive
     assert corr.loc["all", "spearman"] > 0.5 and corr.loc["all", "cells"] == 10
+
+
+@pytest.mark.parametrize("text, why", [
+    ("projection,centring\n0,raw\n", "missing column"),
+    ("projection,centring,dataset,encoder,fold,rank,size,loss_shared,loss_dual,cars_score,cars_choice,advantage\n"
+     "x,raw,scifact,m,0,4,32,1,1,0,shared,0\n", "Unable to parse"),
+])
+def test_a_damaged_committed_cell_table_is_refused_with_the_fix(tmp_path, text, why):
+    from asymgeo.experiments.table1 import section_from_committed
+
+    bad = tmp_path / "table1_cells.csv"
+    bad.write_text(text)
+    with pytest.raises(ValueError, match=rf"table1_cells.csv: not a Table 1 per-cell table \(.*{why}.*\); "
+                                         r"rerun `asymgeo reproduce table1`"):
+        section_from_committed(bad, tmp_path, "fig.png", "")
