@@ -771,3 +771,33 @@ def test_ranking_pool_split_keeps_a_query_on_one_side():
             assert tuple(X[i]) not in fit_rows
     with _pytest.raises(ValueError, match="qrels"):
         rs.ranking_choice_on_pool(X, D, ids, {}, corpus, [f"d{j}" for j in range(30)], 2)
+
+
+# --------------------------------------------------------------------------- error lines (issue #19)
+def test_error_lines_name_what_failed():
+    from asymgeo.cli import _error_line
+
+    assert _error_line(MemoryError()) == "out of memory (use smaller sizes)"
+    assert _error_line(MemoryError("Unable to allocate 9 GiB\nmore")) == \
+        "out of memory: Unable to allocate 9 GiB (use smaller sizes)"
+    e = OSError(28, "No space left on device", "/data/out.npy")  # the message already names the file
+    assert _error_line(e) == "[Errno 28] No space left on device: '/data/out.npy'"
+    late = OSError("disk full")  # a file named after the fact: prefixed
+    late.filename = "/data/out.npy"
+    assert _error_line(late) == "/data/out.npy: disk full"
+    bare = OSError()
+    bare.filename, bare.strerror = "/x", "Permission denied"
+    assert _error_line(bare) == "/x: Permission denied"
+    assert _error_line(KeyError("'q9' is unknown")) == "'q9' is unknown"
+    assert _error_line(ValueError("")) == "ValueError"
+
+
+def test_a_library_warning_that_cannot_be_formatted_still_prints_one_line(capsys):
+    import logging
+
+    from asymgeo.cli import _WarningHandler
+
+    h = _WarningHandler("fit")
+    rec = logging.LogRecord("asymgeo", logging.WARNING, __file__, 1, "bad %d format", ("not a number",), None)
+    h.emit(rec)
+    assert capsys.readouterr().err == "asymgeo fit: warning: bad %d format\n"
