@@ -783,15 +783,13 @@ def test_error_lines_name_what_failed():
     e = OSError(28, "No space left on device", "/data/out.npy")  # the message already names the file
     assert _error_line(e) == "[Errno 28] No space left on device: '/data/out.npy'"
 
-    class Terse(OSError):  # an OSError whose message leaves the file out: the file is prefixed
+    class Worded(OSError):  # OSErrors whose message leaves the file out: the file is prefixed
         def __str__(self):
-            return "disk full"
+            return self.args[-1]
 
-    late = Terse(28, "No space left on device", "/data/out.npy")
-    assert _error_line(late) == "/data/out.npy: No space left on device"
-    bare = OSError()
-    bare.filename, bare.strerror = "/x", "Permission denied"
-    assert _error_line(bare) == "/x: Permission denied"
+    assert _error_line(Worded(28, "No space left on device", "/data/out.npy", None, None, "disk full")) == \
+        "/data/out.npy: No space left on device"
+    assert _error_line(Worded(13, "Permission denied", "/x", None, None, "")) == "/x: Permission denied"
     assert _error_line(KeyError("'q9' is unknown")) == "'q9' is unknown"
     assert _error_line(ValueError("")) == "ValueError"
 
