@@ -784,12 +784,16 @@ def test_error_lines_name_what_failed():
     assert _error_line(e) == "[Errno 28] No space left on device: '/data/out.npy'"
 
     class Worded(OSError):  # OSErrors whose message leaves the file out: the file is prefixed
-        def __str__(self):
-            return self.args[-1]
+        def __init__(self, errno, strerror, filename, text):
+            super().__init__(errno, strerror, filename)
+            self.text = text
 
-    assert _error_line(Worded(28, "No space left on device", "/data/out.npy", None, None, "disk full")) == \
+        def __str__(self):
+            return self.text
+
+    assert _error_line(Worded(28, "No space left on device", "/data/out.npy", "disk full")) == \
         "/data/out.npy: No space left on device"
-    assert _error_line(Worded(13, "Permission denied", "/x", None, None, "")) == "/x: Permission denied"
+    assert _error_line(Worded(13, "Permission denied", "/x", "")) == "/x: Permission denied"
     assert _error_line(KeyError("'q9' is unknown")) == "'q9' is unknown"
     assert _error_line(ValueError("")) == "ValueError"
 
