@@ -536,3 +536,24 @@ def test_order_ties_by_id_by_hand_over_several_rows():
     assert order_ties_by_id(S, idx, ids, descending=False).tolist() == [[2, 1, 0, 3], [1, 0, 3, 2]]
     with pytest.raises(ValueError, match=r"indices: values must lie in \[0, 4\), got \[0, 4\]"):
         order_ties_by_id(S, np.array([[0, 1, 2, 4], [0, 1, 2, 3]]), ids)
+
+
+def test_more_messages_in_full_and_grades_that_are_not_numbers():
+    from asymgeo.retrieval.metrics import METRICS
+
+    with pytest.raises(ValueError) as e:
+        parse_metric("bleu@10")
+    assert str(e.value) == f"metrics: unknown metric 'bleu' in 'bleu@10'; known: {', '.join(METRICS)}"
+    with pytest.raises(ValueError) as e:
+        evaluate_run({"q": {"a": 1.0}}, {}, ["ndcg@10"])
+    assert str(e.value) == "qrels: empty; no query has relevance judgements"
+    with pytest.raises(ValueError) as e:
+        evaluate_indices(np.zeros((1, 1), int), RelevanceTable({"q": {"a": 1}}, ["q"], ["a"]), [])
+    assert str(e.value) == "metrics: expected at least one metric, e.g. 'ndcg@10'"
+    for qrels, word in (({"q": {"a": 0}}, "query"), ({"q": {"a": 0}, "r": {"a": 0}}, "queries")):
+        with pytest.raises(ValueError) as e:
+            evaluate_run({"q": {"a": 1.0}, "r": {"a": 1.0}}, qrels, ["ndcg@10"])
+        assert str(e.value).startswith(f"qrels: none of the {len(qrels)} judged {word} has a relevant")
+    for grade in ("1", True, float("inf")):
+        with pytest.raises(ValueError, match=r"qrels\['q'\]\['a'\]: grade must be a finite number, got"):
+            evaluate_run({"q": {"a": 1.0}}, {"q": {"a": grade}}, ["ndcg@10"])
