@@ -472,3 +472,78 @@ def test_mine_hard_negatives_messages_defaults_and_backend():
     assert res.indices.shape == (2, 8) and res.backend in ("numpy", "torch:cuda")
     empty = mine_hard_negatives(np.ones((0, 4)), C, [], k=2)
     assert empty.indices.shape == (0, 2) and empty.scores.shape == (0, 2) and empty.backend == "numpy"
+
+
+def test_an_existing_read_only_triples_folder_falls_back_to_the_user_folder(hand, count_searches, tmp_path,
+                                                                              monkeypatch):
+    root, cache = hand
+    user = tmp_path / "user-cache"
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(user))
+    ro = cache / "hand" / "enc" / "triples"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+        assert list(ro.iterdir()) == [] and len(list(user.glob("hand-enc-*.npz"))) == 1
+    finally:
+        ro.chmod(0o755)
+
+
+def test_a_cached_file_with_tied_scores_is_reused_and_an_unsorted_row_of_three_is_not(hand, count_searches):
+    root, cache = hand
+    ids = ["q0", "q1", "q2"]
+    good = load_triples(root, "enc", ids, cache_dir=cache, k=3)
+    (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
+    with np.load(path) as z:
+        rows, scores, meta = z["rows"].copy(), z["scores"].copy(), str(z["meta"][()])
+    tied = scores.copy()
+    tied[:, :] = tied[:, :1]  # every score equal within a row: still sorted (non-increasing)
+    with open(path, "wb") as fh:
+        np.savez(fh, rows=rows, scores=tied, meta=np.array(meta))
+    again = load_triples(root, "enc", ids, cache_dir=cache, k=3)
+    assert len(count_searches) == 1 and _fields(again) == _fields(good)
+    bad = np.tile(np.array([3.0, 1.0, 2.0], np.float32), (3, 1))  # first >= both others, yet unsorted
+    with open(path, "wb") as fh:
+        np.savez(fh, rows=rows, scores=bad, meta=np.array(meta))
+    load_triples(root, "enc", ids, cache_dir=cache, k=3)
+    assert len(count_searches) == 2
+
+
+def test_triples_arrays_are_float32_and_split_errors_name_the_choices(hand):
+    root, cache = hand
+    tr = load_triples(root, "enc", ["q0", "q1"], cache_dir=cache, k=2)
+    assert tr.X.dtype == tr.Y_pos.dtype == tr.Y_neg.dtype == np.float32
+    with pytest.raises(ValueError) as e:
+        load_triples(root, "enc", "dev", cache_dir=cache, k=2)
+    assert str(e.value) == ("split 'dev': expected one of train, validation, test or a qrels split of hand "
+                            "(train, test)")
+
+
+def test_an_empty_validation_split_names_train_tsv(tmp_path):
+    qs = [query(f"q{i}") for i in range(3)]
+    root = write_beir(tmp_path / "d", [doc("a"), doc("b")], qs,
+                      {"train": [("q0", "a", 0), ("q1", "a", 0), ("q2", "b", 0)], "test": [("q0", "a", 1)]})
+    C = np.eye(2, dtype=np.float32)
+    write_embeddings(tmp_path / "c" / "d" / "enc", C, ["a", "b"], np.vstack([C, C[:1]]), ["q0", "q1", "q2"],
+                     {"normalised": True})
+    with pytest.raises(ValueError, match=r"qrels/train\.tsv: split 'validation' has no usable relevance judgements"):
+        load_triples(root, "enc", "validation", cache_dir=tmp_path / "c", k=1, require=True)
+
+
+def test_the_split_seed_reaches_scifact_validation(shared_dir):
+    from asymgeo.data import adaptation_split
+
+    ds = load_beir("scifact", data_dir=shared_dir / "data")
+    want = adaptation_split(ds, 7)["validation"]
+    tr = load_triples(ds, "all-MiniLM-L6-v2", "validation", cache_dir=shared_dir / "embeddings", k=1, seed=7)
+    assert sorted(tr.query_ids) == sorted(want) and set(want) != set(adaptation_split(ds)["validation"])
+
+
+def test_a_cache_passed_in_is_checked_against_the_encoder_named(shared_dir):
+    ds = load_beir("scifact", data_dir=shared_dir / "data")
+    emb = load_embeddings(ds, "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    with pytest.raises(ValueError) as e:
+        load_triples(ds, "all-mpnet-base-v2", "train", cache=emb, k=1)
+    assert str(e.value) == (f"{emb.path}: embeddings of encoder 'all-MiniLM-L6-v2', not 'all-mpnet-base-v2'; pass "
+                            "the all-mpnet-base-v2 cache (asymgeo embed scifact --encoder all-mpnet-base-v2)")
+    assert load_triples(ds, "minilm", "train", cache=emb, k=1).encoder == "all-MiniLM-L6-v2"  # an alias is the same

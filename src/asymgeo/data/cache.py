@@ -309,6 +309,12 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
         Naming the first difference and how to rebuild the cache.
     """
     hint = _rebuild_hint(cache, dataset, encoder)
+    if encoder is not None:  # the embeddings of one encoder never stand in for another's
+        want = get_encoder(encoder).name
+        recorded = str(cache.meta.get("encoder") or cache.path.name)
+        if recorded != want and get_encoder(recorded).name != want:
+            raise ValueError(f"{cache.path}: embeddings of encoder {recorded!r}, not {want!r}; pass the {want} "
+                             f"cache (asymgeo embed {dataset.name} --encoder {want})")
     fp = cache.meta.get("fingerprint")
     if isinstance(fp, dict):
         files = fp.get("files", {})
