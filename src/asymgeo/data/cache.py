@@ -293,6 +293,16 @@ def cache_fingerprint(dataset: BeirDataset, encoder: str | EncoderSpec) -> dict[
     return {"dataset": dataset.fingerprint(), "encoder": get_encoder(encoder).describe()}
 
 
+def _check_encoder_name(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | EncoderSpec) -> None:
+    """The embeddings of one encoder never stand in for another's: the encoder the cache records
+    (``meta["encoder"]``, else its folder name) must be ``encoder`` or one of its aliases."""
+    want = get_encoder(encoder).name
+    recorded = str(cache.meta.get("encoder") or cache.path.name)
+    if recorded != want and get_encoder(recorded).name != want:
+        raise ValueError(f"{cache.path}: embeddings of encoder {recorded!r}, not {want!r}; pass the {want} "
+                         f"cache (asymgeo embed {dataset.name} --encoder {want})")
+
+
 def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | EncoderSpec | None = None) -> None:
     """Refuse a cache that was not built from ``dataset`` (and ``encoder``) as they are now.
 
@@ -309,12 +319,8 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
         Naming the first difference and how to rebuild the cache.
     """
     hint = _rebuild_hint(cache, dataset, encoder)
-    if encoder is not None:  # the embeddings of one encoder never stand in for another's
-        want = get_encoder(encoder).name
-        recorded = str(cache.meta.get("encoder") or cache.path.name)
-        if recorded != want and get_encoder(recorded).name != want:
-            raise ValueError(f"{cache.path}: embeddings of encoder {recorded!r}, not {want!r}; pass the {want} "
-                             f"cache (asymgeo embed {dataset.name} --encoder {want})")
+    if encoder is not None:
+        _check_encoder_name(cache, dataset, encoder)
     fp = cache.meta.get("fingerprint")
     if isinstance(fp, dict):
         files = fp.get("files", {})
