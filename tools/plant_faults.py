@@ -140,7 +140,7 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "    except ZeroDivisionError:\n        return None\n    if k < 1:",
      ["tests/linalg/test_lowrank.py", "-k", "failed_pivoted"]),
     ("a cache of another encoder stands in for the one named", "data/cache.py",
-     "        if recorded != want and get_encoder(recorded).name != want:", "        if False:",
+     "    if recorded != want and get_encoder(recorded).name != want:", "    if False:",
      ["tests/data/test_triples.py", "-k", "encoder_named"]),
 ]
 
