@@ -870,3 +870,95 @@ def test_evaluate_messages_in_full(fitted_dir, shared_dir, tmp_path):
                            cache_dir=shared_dir / "embeddings")
     assert res.extra["notes"] == ["the training queries cannot be rebuilt from adapter.json: no seen / "
                                   "unseen-document split"]
+
+
+# ------------------------------------------------------------- what fit_adapter hands to the adapter
+def test_fit_adapter_defaults_are_the_estimators_and_the_commands():
+    import inspect
+
+    from asymgeo.cli import build_parser
+
+    sig = inspect.signature(fit_adapter).parameters
+    est = Adapter().get_params()
+    for key in ("geometry", "rank", "form", "init", "learning_rates", "epochs", "early_stopping", "anchor", "seed",
+                "device", "progress"):
+        assert sig[key].default == est[key], key
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices["fit"]
+    cli = vars(sub.parse_args(["scifact", "--geometry", "shared", "--out", "x"]))  # --geometry is required
+    for key in ("rank", "form", "init", "epochs", "seed", "selection", "anchor", "selector"):
+        assert cli[key] == sig[key].default, key
+    assert tuple(cli["learning_rates"]) == sig["learning_rates"].default
+
+
+def test_fit_adapter_passes_every_setting_and_the_right_rows_to_the_adapter(shared_dir, monkeypatch):
+    import numpy as np
+
+    from asymgeo.data import load_embeddings, load_triples, nested_subsets
+
+    captured: dict = {}
+    real_fit = Adapter.fit
+
+    def spy(self, X, pos, corpus, **kw):
+        captured.update(params=self.get_params(), X=np.array(X), pos=np.array(pos), kw=kw)
+        return real_fit(self, X, pos, corpus, **kw)
+
+    monkeypatch.setattr(Adapter, "fit", spy)
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", rank=3, form="projection", init="random",
+                      n_train=40, seed=5, learning_rates=(2e-3,), epochs=2, early_stopping=1, anchor=0.1,
+                      selection="all", report=False, device="cpu", progress=False, data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
+    p = captured["params"]
+    want = dict(geometry="dual", rank=3, form="projection", init="random", learning_rates=(2e-3,), epochs=2,
+                early_stopping=1, anchor=0.1, seed=5, device="cpu", progress=False)
+    assert {k: p[k] for k in want} == want
+    # the 40 queries: the seeded prefix of the training queries; their rows and relevant documents
+    tr = load_triples("scifact", "all-MiniLM-L6-v2", "train", data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings", k=8, require=True)
+    ids = nested_subsets(tr.query_ids, sizes=[40], seed=5)[40]
+    assert rep.adapter_train_ids == ids and rep.n_train == 40
+    sub = tr.subset(ids)
+    np.testing.assert_array_equal(captured["X"], sub.X)
+    np.testing.assert_array_equal(captured["pos"], sub.pos_rows)
+    np.testing.assert_array_equal(captured["kw"]["hard_negative_rows"], sub.hard_negative_rows)
+    emb = load_embeddings("scifact", "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    train = _tsv_qrels(shared_dir / "data" / "scifact" / "qrels" / "train.tsv")
+    rel = [set(emb.corpus_rows([d for d, g in train[q].items() if g >= 1 and emb.has_corpus_id(d)]).tolist())
+           for q in ids]
+    assert captured["kw"]["relevant_rows"] == rel
+
+
+def test_fit_adapter_accepts_the_whole_pool_as_n_train(shared_dir, monkeypatch):
+    import numpy as np
+
+    n = {}
+
+    def quick(self, X, pos, corpus, **kw):  # no training: the closed form is enough to check the plumbing
+        n["rows"] = len(X)
+        return Adapter.from_maps(np.zeros((2, corpus.shape[1])), geometry="shared")
+
+    monkeypatch.setattr(Adapter, "fit", quick)
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", n_train=647, rank=2, report=False, data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
+    assert rep.n_train == n["rows"] == 647
+
+
+def test_validation_gain_against_pytrec_eval_on_nfcorpus_ties(shared_dir, rng):
+    import numpy as np
+
+    from asymgeo.adapters.workflow import load_adaptation_data, validation_gain
+    from asymgeo.retrieval.compare import paired_comparison
+
+    d = load_adaptation_data("nfcorpus", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
+                             cache_dir=shared_dir / "embeddings")
+    p = d.corpus.shape[1]
+    A = 0.2 * rng.standard_normal((3, p))
+    M = np.eye(p) + A.T @ A
+    qids = list(d.validation.query_ids)
+    qrels = {q: {doc: int(g >= 1) for doc, g in d.qrels[q].items()} for q in qids}  # binary NDCG (Appendix F)
+    a = _brute_per_query(d.V, d.corpus, qrels, qids, d.corpus_ids, M)
+    f = _brute_per_query(d.V, d.corpus, qrels, qids, d.corpus_ids, np.eye(p))
+    g = validation_gain(d, M, seed=3, n_boot=500)
+    cmp = paired_comparison(a, f, n_boot=500, seed=3)
+    assert g["n"] == len(qids) == 324
+    assert (g["diff"], g["ci_low"], g["ci_high"]) == pytest.approx((cmp.mean_diff, cmp.ci_low, cmp.ci_high), abs=1e-6)
+    assert abs(g["diff"]) > 1e-4  # the operator changes rankings: a frozen stand-in would give 0
