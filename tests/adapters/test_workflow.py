@@ -962,3 +962,16 @@ def test_validation_gain_against_pytrec_eval_on_nfcorpus_ties(shared_dir, rng):
     assert g["n"] == len(qids) == 324
     assert (g["diff"], g["ci_low"], g["ci_high"]) == pytest.approx((cmp.mean_diff, cmp.ci_low, cmp.ci_high), abs=1e-6)
     assert abs(g["diff"]) > 1e-4  # the operator changes rankings: a frozen stand-in would give 0
+
+
+def test_evaluate_adapter_passes_split_and_cut_off_and_records_the_rank(fitted_dir, shared_dir):
+    # a transfer evaluation: the SciFact adapter on NFCorpus's dev split at k = 5
+    res = evaluate_adapter("nfcorpus", "all-MiniLM-L6-v2", fitted_dir, split="dev", k=5,
+                           data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    dev = _tsv_qrels(shared_dir / "data" / "nfcorpus" / "qrels" / "dev.tsv")
+    judged = {q for q, docs in dev.items() if any(g >= 1 for g in docs.values())}
+    assert res.extra["split"] == "dev" and set(res.query_ids) == judged
+    assert "ndcg@5" in res.per_query and set(res.extra["vs_frozen"]) == set(res.per_query)
+    assert (res.extra["rank"], res.extra["geometry"], res.extra["form"]) == (4, "dual", "augmented")
+    assert res.extra["notes"][0] == "the adapter was fitted on 'scifact', not 'nfcorpus': a transfer evaluation"
+    assert res.extra["generalisation"] is None  # trained on another dataset: no seen / unseen split

@@ -506,7 +506,7 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
         qrels = ds.all_qrels()
         seen_docs = seen_documents(qrels, train_ids)
         sp = seen_document_split({q: ds.qrels(split)[q] for q in res.query_ids}, seen_docs)
-        metric = f"ndcg@{k}" if f"ndcg@{k}" in res.per_query else next(iter(res.per_query))
+        metric = f"ndcg@{k}"  # always among evaluate_frozen's default metrics
         a_of = dict(zip(res.query_ids, res.per_query[metric].tolist()))
         f_of = dict(zip(frozen.query_ids, frozen.per_query[metric].tolist()))
         generalisation = {"metric": metric, "n_seen_documents": len(seen_docs)}
