@@ -737,3 +737,54 @@ def test_a_file_where_the_build_folder_goes_is_refused(seven, tmp_path):
     with pytest.raises(NotADirectoryError, match="fake-enc.partial: expected a folder for the cache being built"):
         encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=FakeEncoder(), progress=False)
     assert build.read_text() == "a user's file"
+
+
+# --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
+def test_has_corpus_id_and_query_rows_of_a_wrong_count(tmp_path):
+    path = _unit_cache(tmp_path)
+    emb = load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert emb.has_corpus_id("c1") and not emb.has_corpus_id("zz")
+    assert emb.corpus_rows(["c3", "c1"]).dtype == np.int64
+    with pytest.raises(ValueError, match=r"queries: expected shape \(3, 4\), got \(2, 4\)"):
+        write_embeddings(path, np.eye(4), [f"c{i}" for i in range(4)], np.eye(4)[:2], ["a", "b", "c"], {})
+
+
+@pytest.mark.parametrize("damage", ["float32", "short"])
+def test_a_part_of_the_wrong_type_or_length_is_encoded_again(seven, tmp_path, damage):
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    part = cache / "seven" / "fake-enc.partial" / ".partial" / "queries-000000.npy"
+    good = np.load(part)
+    np.save(part, good.astype(np.float32) if damage == "float32" else good[:1])
+    resumed = FakeEncoder()
+    emb = encode_dataset(seven, SPEC, cache_dir=cache, model=resumed, chunk_size=2, progress=False)
+    assert resumed.calls[0] == ["Q: ask 0", "Q: ask 1"], "the damaged chunk is redone"
+    np.testing.assert_array_equal(emb.queries, _expected(seven)[0])
+
+
+@pytest.mark.parametrize("kw, name", [(dict(chunk_size=0), "chunk_size"), (dict(batch_size=0), "batch_size")])
+def test_encode_sizes_are_checked_by_name(seven, tmp_path, kw, name):
+    with pytest.raises(ValueError, match=f"^{name}: "):
+        encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=FakeEncoder(), progress=False, **kw)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_recorded_encoding_times_are_durations(seven, tmp_path):
+    import time
+
+    t0 = time.perf_counter()
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=FakeEncoder(), progress=False)
+    wall = time.perf_counter() - t0
+    times = emb.meta["encode_wall_seconds"]
+    assert set(times) == {"queries", "corpus"} and all(0 <= v <= wall + 0.01 for v in times.values())
+
+
+def test_an_encoder_returning_one_dimensional_rows_is_named(seven, tmp_path):
+    class Flat(FakeEncoder):
+        def encode(self, texts):
+            return np.ones(len(texts))
+
+    with pytest.raises(ValueError) as e:
+        encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=Flat(), progress=False)
+    assert str(e.value) == "encoder 'fake-enc': returned shape (5,) for 5 texts"
