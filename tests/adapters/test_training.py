@@ -129,3 +129,76 @@ def test_resolve_device_keeps_an_explicit_device():
     assert resolve_device("cuda:1") == "cuda:1"
     torch = import_torch()
     assert resolve_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ------------------------------------------------------------------ survivors of mutation testing (issue #19)
+@pytest.mark.parametrize("form, std", [("augmented", 0.01), ("projection", None)])
+def test_the_random_start_is_one_gaussian_draw_of_the_documented_scale(problem, form, std):
+    """Appendix F.1's random start, as docs/rq3.md states it: A = B = one Gaussian draw with
+    std 0.01 (augmented) or 1/sqrt(r) (projection).  A run whose every learning rate diverges in
+    its first epoch (no validation) keeps the start, so the start itself can be inspected."""
+    r = 3
+    ad = Adapter(rank=r, form=form, init="random", geometry="dual", epochs=2, batch_size=8, learning_rates=(1e9,),
+                 seed=4)
+    with pytest.raises(ValueError, match="diverged"):
+        ad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    G = ad.query_map_
+    np.testing.assert_array_equal(G, ad.doc_map_)  # A = B at the start
+    sd = std if std is not None else 1 / np.sqrt(r)
+    # the sample standard deviation of r*p = 36 draws: within 40% of the stated one (chi-square, far tails)
+    assert 0.6 * sd < G.std() < 1.4 * sd and abs(G.mean()) < 3 * sd / np.sqrt(G.size)
+    assert ad.init_scale_ is None
+    again = Adapter(**ad.get_params())
+    with pytest.raises(ValueError):
+        again.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    np.testing.assert_array_equal(again.query_map_, G)  # seeded
+
+
+@pytest.mark.parametrize("form", ["augmented", "projection"])
+def test_the_closed_form_start_without_validation_has_scale_one(problem, form):
+    ad = Adapter(rank=3, form=form, geometry="dual", epochs=1, batch_size=48, learning_rates=(1e-12,))
+    ad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    assert ad.init_scale_ == 1.0
+
+
+def test_a_scalar_learning_rate_is_one_grid_point(problem):
+    a = Adapter(rank=2, epochs=2, batch_size=16, learning_rates=2e-3).fit(
+        problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    b = Adapter(rank=2, epochs=2, batch_size=16, learning_rates=(2e-3,)).fit(
+        problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    assert a.learning_rate_ == 2e-3 and {h["learning_rate"] for h in a.history_} == {2e-3}
+    np.testing.assert_array_equal(a.operator_, b.operator_)
+
+
+def test_early_stopping_message_in_full(problem):
+    with pytest.raises(ValueError) as e:
+        Adapter(rank=2, epochs=2, early_stopping=1).fit(problem.X, problem.pos, problem.corpus)
+    assert str(e.value) == "early_stopping: needs validation_queries and validation_relevance"
+
+
+@pytest.mark.parametrize("tile", [1 << 25, 30])
+def test_validation_scorer_equals_the_metrics_module_with_several_relevant_documents(tile):
+    """Binary NDCG@10 of the scorer's own top-k against evaluate_indices (itself checked against
+    pytrec_eval) on an exact ranking: queries with 1 to 4 relevant documents (the ideal DCG
+    depends on how many), document 0 the best match of query 0 (the first corpus block)."""
+    from asymgeo.retrieval.metrics import evaluate_indices
+
+    torch = import_torch()
+    rng = np.random.default_rng(5)
+    N, p, m = 60, 6, 5
+    corpus = rng.normal(size=(N, p))
+    corpus = (corpus / np.linalg.norm(corpus, axis=1, keepdims=True)).astype(np.float32)  # unit rows
+    V = rng.normal(size=(m, p)).astype(np.float32)
+    V[0] = 3 * corpus[0]  # of unit vectors, document 0 itself scores highest
+    ids = [f"d{j}" for j in range(N)]
+    qrels = {f"q{i}": {f"d{j}": 1 for j in rng.choice(N, size=1 + i % 4, replace=False)} for i in range(m)}
+    qrels["q0"]["d0"] = 1
+    table = RelevanceTable(qrels, [f"q{i}" for i in range(m)], ids)
+    scorer = ValidationScorer(V, table, torch.from_numpy(corpus), tile_elements=tile)
+    A = torch.zeros((1, p))
+    top = scorer.top_indices_lowrank(A, A, True)
+    ref = np.argsort(-(V.astype(np.float64) @ corpus.T.astype(np.float64)), axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(top, ref)
+    assert top[0, 0] == 0
+    want = evaluate_indices(ref, table, ["ndcg@10"]).mean["ndcg@10"]
+    assert scorer.ndcg_lowrank(A, A, True) == pytest.approx(want, rel=1e-12)
