@@ -788,3 +788,106 @@ def test_an_encoder_returning_one_dimensional_rows_is_named(seven, tmp_path):
     with pytest.raises(ValueError) as e:
         encode_dataset(seven, SPEC, cache_dir=tmp_path / "cache", model=Flat(), progress=False)
     assert str(e.value) == "encoder 'fake-enc': returned shape (5,) for 5 texts"
+
+
+def test_us_spelling_of_normalised_is_honoured(tmp_path):
+    C = np.eye(4, dtype=np.float32)
+    C[2, 0] = 1000.0
+    write_embeddings(tmp_path / "ds" / "enc", C, [f"c{i}" for i in range(4)], np.eye(4)[:2], ["q0", "q1"],
+                     {"normalized": True})
+    with pytest.raises(ValueError, match=r"corpus.npy, row 2 \(id 'c2'\): norm far from 1"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+
+
+def test_rows_past_the_dimension_are_validated_block_by_block(tmp_path):
+    from asymgeo.data.cache import validate_embeddings
+
+    C = np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 0, 1, 2, 3, 0]]  # 9 rows of dimension 4
+    C[7] = np.nan
+    write_embeddings(tmp_path / "ds" / "enc", C, [f"c{i}" for i in range(9)], np.eye(4)[:1], ["q0"],
+                     {"normalised": True})
+    emb = load_embeddings("ds", "enc", cache_dir=tmp_path, validate=False)
+    with pytest.raises(ValueError) as e:
+        validate_embeddings(emb, block_rows=2)
+    assert str(e.value).startswith(f"{emb.path / 'corpus.npy'}, row 7 (id 'c7'): non-finite values (NaN or inf)")
+
+
+def test_id_files_duplicates_and_a_missing_final_newline(tmp_path):
+    path = _unit_cache(tmp_path)
+    (path / "query_ids.txt").write_text("q0\nq1")  # no trailing newline: still two ids
+    assert load_embeddings("ds", "enc", cache_dir=tmp_path).query_ids == ["q0", "q1"]
+    (path / "corpus_ids.txt").write_text("c0\nc1\nc0\nc3\n")
+    with pytest.raises(ValueError) as e:
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert str(e.value) == f"{path / 'corpus_ids.txt'}: duplicate corpus id 'c0' on lines 1 and 3"
+
+
+def test_memory_mapping_follows_the_argument_and_object_arrays_are_refused(tmp_path):
+    path = _unit_cache(tmp_path)
+    mm = load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert isinstance(mm.corpus, np.memmap) and isinstance(mm.queries, np.memmap)
+    ram = load_embeddings("ds", "enc", cache_dir=tmp_path, mmap=False)
+    assert not isinstance(ram.corpus, np.memmap) and not isinstance(ram.queries, np.memmap)
+    np.save(path / "queries.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match=r"queries.npy: not a readable .npy array \(Object arrays cannot be loaded"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path, mmap=False)
+
+
+def test_folder_damage_messages_in_full(tmp_path):
+    path = write_embeddings(tmp_path / "ds" / "enc", np.eye(3)[:2], ["a", "b"], np.eye(3)[:1], ["q"], {})
+    np.save(path / "corpus.npy", np.eye(3, dtype=np.float16))  # 3 rows of dimension 3
+    with pytest.raises(ValueError) as e:
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert str(e.value) == f"{path / 'corpus.npy'}: 3 rows but corpus_ids.txt has 2 ids"
+    path = write_embeddings(tmp_path / "ds" / "enc", np.eye(3)[:2], ["a", "b"], np.eye(3)[:1], ["q"], {})
+    np.save(path / "corpus.npy", np.ones((2, 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="expected floating arrays, got int64 / float16"):
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    path = write_embeddings(tmp_path / "ds" / "enc", np.eye(3)[:2], ["a", "b"], np.eye(3)[:1], ["q"], {})
+    meta = json.loads((path / "meta.json").read_text())
+    meta["shapes"]["queries"] = [2, 3]
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError) as e:
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert str(e.value) == f"{path / 'meta.json'}: shapes.queries = [2, 3] but queries.npy has shape [1, 3]"
+    meta["shapes"]["queries"] = [1, 3]
+    meta["dimension"] = 5
+    (path / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError) as e:
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert str(e.value).endswith("(a damaged or mixed-up cache); rebuild it with asymgeo embed --overwrite")
+
+
+def test_a_legacy_in_folder_partial_build_is_named(tmp_path):
+    path = tmp_path / "ds" / "enc"
+    (path / ".partial").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as e:
+        load_embeddings("ds", "enc", cache_dir=tmp_path)
+    assert str(e.value) == (f"{path / 'meta.json'}: missing, the cache is incomplete (an interrupted encoding: "
+                            "rerun `asymgeo embed` to resume)")
+
+
+def test_fingerprints_without_encoder_or_file_records_still_verify(seven, tmp_path):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    meta = json.loads((emb.path / "meta.json").read_text())
+    del meta["fingerprint"]["encoder"]
+    meta["fingerprint"]["files"] = []
+    (emb.path / "meta.json").write_text(json.dumps(meta))
+    again = load_embeddings(load_beir(seven), SPEC, cache_dir=tmp_path)
+    assert again.corpus_ids == emb.corpus_ids
+
+
+def test_an_id_mismatch_names_the_line_the_file_and_the_rebuild(seven, tmp_path):
+    emb = encode_dataset(seven, SPEC, cache_dir=tmp_path, model=FakeEncoder(), progress=False)
+    meta = json.loads((emb.path / "meta.json").read_text())
+    del meta["fingerprint"]  # a legacy cache: checked by its ids
+    (emb.path / "meta.json").write_text(json.dumps(meta))
+    ids = (emb.path / "corpus_ids.txt").read_text().splitlines()
+    ids[1], ids[2] = ids[2], ids[1]
+    (emb.path / "corpus_ids.txt").write_text("".join(f"{i}\n" for i in ids))
+    ds = load_beir(seven)
+    with pytest.raises(ValueError) as e:
+        load_embeddings(ds, SPEC, cache_dir=tmp_path)
+    assert str(e.value) == (f"{emb.path / 'corpus_ids.txt'}, line 2: id 'd2' but {ds.corpus_file} has 'd1' there "
+                            f"(rows would be scored as the wrong documents); rebuild it with `asymgeo embed "
+                            f"{ds.path} --encoder fake-enc --overwrite`")
