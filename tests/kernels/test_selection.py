@@ -372,3 +372,59 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     counts = path_counts()
     assert "eigen:mixed" not in counts and counts.get("eigen:subset") == 2 * len(splits) + 1
     _assert_close_to_naive(res, naive)
+
+
+# --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
+def test_gram_helper_equals_the_plain_product():
+    from asymgeo.kernels.selection import _gram
+
+    A = np.random.default_rng(8).standard_normal((7, 5))
+    np.testing.assert_allclose(_gram(A), A @ A.T, rtol=1e-13, atol=1e-13)
+
+
+def test_result_as_dict_holds_every_field():
+    rng = np.random.default_rng(9)
+    X, Yp, Yn = (rng.standard_normal((40, 6)) for _ in range(3))
+    res = cars_score(X, Yp, Yn, 2, n_splits=3, seed=4)
+    d = res.as_dict()
+    assert set(d) == {"score", "choice", "standard_error", "raw_distance", "corrected_distance", "n", "rank",
+                      "n_splits", "selector_dim", "seed", "agreement", "disagreement"}
+    assert (d["score"], d["choice"], d["standard_error"]) == (res.score, res.choice, res.standard_error)
+    assert (d["raw_distance"], d["corrected_distance"]) == (res.raw_distance, res.corrected_distance)
+    assert (d["n"], d["rank"], d["n_splits"], d["selector_dim"], d["seed"]) == (40, 2, 3, None, 4)
+    assert d["agreement"] == res.agreement.tolist() and d["disagreement"] == res.disagreement.tolist()
+    assert len(d["agreement"]) == 3
+
+
+@pytest.mark.parametrize("splits, message", [
+    ([(np.arange(3),)], "splits[0]: expected a pair (I1, I2) of index arrays"),
+    ([(np.arange(3).reshape(1, 3), np.arange(3, 6))], "splits[0].I1: expected a non-empty 1-d index array"),
+    ([(np.arange(3), [])], "splits[0].I2: expected a non-empty 1-d index array"),
+    ([(np.arange(3), [3, 10])], "splits[0].I2: indices must lie in [0, 10), got range [3, 10]"),
+    ([(np.arange(3), [3, -1])], "splits[0].I2: indices must lie in [0, 10), got range [-1, 3]"),
+    ([([1, 1, 2], [3, 4])], "splits[0].I1: contains repeated indices"),
+    ([(np.arange(3), np.arange(4, 8)), ([0, 1], [1, 2])], "splits[1]: I1 and I2 must be disjoint"),
+    ([], "splits: expected at least one (I1, I2) pair"),
+])
+def test_explicit_splits_are_refused_with_their_position(splits, message):
+    rng = np.random.default_rng(10)
+    X, Yp, Yn = (rng.standard_normal((10, 4)) for _ in range(3))
+    with pytest.raises(ValueError) as e:
+        cars_score(X, Yp, Yn, 1, splits=splits)
+    assert str(e.value) == message
+
+
+def test_explicit_splits_of_one_element_halves_and_float_indices_are_accepted():
+    rng = np.random.default_rng(11)
+    X, Yp, Yn = (rng.standard_normal((10, 4)) for _ in range(3))
+    a = cars_score(X, Yp, Yn, 1, splits=[(np.array([0.0, 1.0, 2.0]), np.array([3.0, 4.0, 5.0]))])
+    b = cars_score(X, Yp, Yn, 1, splits=[([0, 1, 2], [3, 4, 5])])
+    assert a.score == b.score
+    c = cars_score(X, Yp, Yn, 1, splits=[([0], [1])])
+    assert np.isfinite(c.score) and c.n_splits == 1
+
+
+def test_half_splits_refuses_fewer_than_two_items():
+    with pytest.raises(ValueError) as e:
+        half_splits(1, 3, 0)
+    assert str(e.value) == "n: need at least 2 items to split, got 1"
