@@ -202,3 +202,44 @@ def test_validation_scorer_equals_the_metrics_module_with_several_relevant_docum
     assert top[0, 0] == 0
     want = evaluate_indices(ref, table, ["ndcg@10"]).mean["ndcg@10"]
     assert scorer.ndcg_lowrank(A, A, True) == pytest.approx(want, rel=1e-12)
+
+
+def test_choose_scale_divides_by_a_norm_below_one():
+    import torch
+
+    from asymgeo.adapters.training import choose_scale
+
+    class Scorer:
+        corpus_t = torch.zeros((1, 2))
+
+        def __init__(self):
+            self.seen = []
+
+        def ndcg_lowrank(self, A, B, augmented):
+            self.seen.append(A.clone().numpy())
+            return 0.0
+
+    s = Scorer()
+    choose_scale(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), 0.25, s, scales=(1.0,))
+    np.testing.assert_allclose(s.seen[0], [[4.0, 0.0]], rtol=1e-6)  # A * c / ||A^T B||_2 = A / 0.25
+
+
+@pytest.mark.parametrize("form", ["augmented", "projection"])
+def test_the_epoch_zero_checkpoint_is_scored_in_the_adapters_form(problem, form):
+    """History row 0 is the start, scored before any update: its validation NDCG@10 equals the
+    metrics module's on an exact search through the start operator of the same form."""
+    from asymgeo.retrieval.metrics import evaluate_indices
+
+    ad = Adapter(rank=3, form=form, geometry="dual", init="random", epochs=1, batch_size=48,
+                 learning_rates=(1e-3,), seed=2).fit(problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    h0 = ad.history_[0]
+    assert (h0["epoch"], h0["loss"]) == (0, None)
+    # the random start: A = B = G, so M = [I +] G^T G (float32 maps as trained)
+    rng = np.random.default_rng(np.random.SeedSequence(2, spawn_key=(1,)))
+    G = rng.normal(0.0, 0.01 if form == "augmented" else 1 / np.sqrt(3), size=(3, problem.X.shape[1]))
+    G = G.astype(np.float32).astype(np.float64)
+    M = G.T @ G + (np.eye(G.shape[1]) if form == "augmented" else 0.0)
+    S = problem.V.astype(np.float64) @ M @ problem.corpus.T.astype(np.float64)
+    ref = np.argsort(-S, axis=1, kind="stable")[:, :10]
+    want = evaluate_indices(ref, problem.table, ["ndcg@10"]).mean["ndcg@10"]
+    assert h0["validation_ndcg"] == pytest.approx(want, abs=1e-12)
