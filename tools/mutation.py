@@ -99,7 +99,8 @@ def _record(name: str, main: Path, wall: float, returncode: int | None) -> dict[
     status = _results(main)
     rec = {"module": MODULES[name][0], "tests": MODULES[name][1], "wall_seconds": round(wall, 1),
            "returncode": returncode, "mutants": status,
-           "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+           # the commit the scratch clone was made from (the code and tests that were mutated)
+           "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=main, capture_output=True,
                                     text=True).stdout.strip()}
     (OUT / f"{name}.json").write_text(json.dumps(rec, indent=1))
     return rec
