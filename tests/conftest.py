@@ -15,6 +15,16 @@ _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
+# tqdm's default write lock holds a multiprocessing semaphore shared by every forked process: a
+# test process killed while holding it (mutmut forks one per mutant and kills those that time
+# out) leaves it locked, and every later process hangs creating a progress bar.  A per-process
+# thread lock is enough for the suite (tools/mutation.py; docs/testing.md).
+import threading  # noqa: E402
+
+from tqdm import tqdm as _tqdm  # noqa: E402
+
+_tqdm.set_lock(threading.RLock())
+
 
 @pytest.fixture
 def rng() -> np.random.Generator:
