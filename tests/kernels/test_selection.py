@@ -343,6 +343,7 @@ def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(share
     # not recomputed inside the solvers (only the full-data moment forms its own)
     inputs = path_counts(inputs=True)
     assert inputs.get("thin:grams_given") == 2 * len(splits) and inputs.get("thin:grams_formed") == 1
+    assert "thin:householder_retry" not in inputs, "every half's Gram blocks gave a certified answer"
     assert inputs.get("mixed:float32_given") == 2 * len(splits) and "mixed:float32_formed" not in inputs
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))
 

@@ -435,6 +435,7 @@ def test_a_failed_pivoted_cholesky_leaves_the_householder_basis_to_answer(monkey
     reset_path_counts()
     U, s, V = top_singular(C, r, factors=(A, B, 1.0 / m))
     assert path_counts() == {"singular:thin": 1}
+    assert path_counts(inputs=True).get("thin:householder_retry") == 1  # the fallback basis answered
     _check_singular(C, r, U, s, V)
 
 

@@ -75,8 +75,9 @@ def path_counts(*, inputs: bool = False) -> dict[str, int]:
     ``"thin:grams_given"`` / ``"thin:grams_formed"`` (a thin-factor SVD
     attempt that used precomputed Gram blocks, or formed them) and ``"mixed:float32_given"`` /
     ``"mixed:float32_formed"`` (a mixed-precision eigensolve of a moment's factors with its
-    float32 symmetric part passed in, or formed by ``ssyr2k``): CARS's accelerations, which
-    change the cost and never the answer, are proved to run by these.
+    float32 symmetric part passed in, or formed by ``ssyr2k``), and ``"thin:householder_retry"``
+    (the pivoted-Cholesky core failed its certificate, so a full QR basis answered): CARS's
+    accelerations, which change the cost and never the answer, are proved to run by these.
     """
     with _COUNTS_LOCK:
         return dict(_INPUTS if inputs else _COUNTS)
@@ -241,6 +242,7 @@ def _thin_singular(
         out = _thin_core(A, B, scale, r, grams)
     if certified(out):
         return out
+    _count_input("thin:householder_retry")  # the pivoted-Cholesky core failed: a full QR basis instead
     Qh, Rh = np.linalg.qr(A.T)
     K = scale * (Rh @ B)
     theta, Y, _ = _top_eigh(K @ K.T, r)
