@@ -975,3 +975,45 @@ def test_evaluate_adapter_passes_split_and_cut_off_and_records_the_rank(fitted_d
     assert (res.extra["rank"], res.extra["geometry"], res.extra["form"]) == (4, "dual", "augmented")
     assert res.extra["notes"][0] == "the adapter was fitted on 'scifact', not 'nfcorpus': a transfer evaluation"
     assert res.extra["generalisation"] is None  # trained on another dataset: no seen / unseen split
+
+
+def test_fit_report_figures_equal_pytrec_eval_through_each_operator(shared_dir):
+    """Every NDCG@10 in metrics.json against pytrec_eval (binary, trec_eval's tie order) through
+    the operator it names; the auto record's figures through the two candidates; CARS and the
+    closed-form baseline against direct calls on the same 32 training queries."""
+    import numpy as np
+
+    from asymgeo.adapters.baseline import closed_form_adapter
+    from asymgeo.adapters.workflow import load_adaptation_data
+    from asymgeo.data import nested_subsets
+    from asymgeo.kernels.selection import cars_score
+
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=2, n_train=32, epochs=1, seed=3,
+                      learning_rates=(1e-3,), selection="all", report=False, **kw)
+    d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", **kw)
+    p = d.corpus.shape[1]
+
+    def ndcg(Q, table, M):
+        qids = list(table.query_ids)
+        qrels = {q: {doc: int(g >= 1) for doc, g in d.qrels[q].items()} for q in qids}
+        return float(_brute_per_query(Q, d.corpus, qrels, qids, d.corpus_ids, M).mean())
+
+    m = rep.metrics
+    for name, M in (("frozen", np.eye(p)), ("closed_form", rep.baseline.operator_), ("trained", rep.adapter.operator_)):
+        assert m[name]["validation_ndcg@10"] == pytest.approx(ndcg(d.V, d.validation, M), abs=1e-6), name
+        assert m[name]["test_ndcg@10"] == pytest.approx(ndcg(d.T, d.test, M), abs=1e-6), name
+    assert m["trained"]["learning_rate"] == rep.adapter.learning_rate_ == 1e-3
+    assert m["trained"]["best_epoch"] == rep.adapter.best_epoch_
+    assert m["closed_form"]["selection_ndcg@10"] == rep.baseline.validation_ndcg_
+    a = m["auto"]
+    assert a["validation_shared"] == pytest.approx(ndcg(d.V, d.validation, rep.candidates["shared"].operator_), abs=1e-6)
+    assert a["validation_dual"] == pytest.approx(ndcg(d.V, d.validation, rep.candidates["dual"].operator_), abs=1e-6)
+    tr = d.triples.subset(nested_subsets(d.triples.query_ids, sizes=[32], seed=3)[32])
+    cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 2, seed=3)
+    assert m["cars"] == {"choice": cars.choice, "score": cars.score, "standard_error": cars.standard_error}
+    assert rep.adapter.selection_.score == cars.score
+    base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=rep.adapter.geometry_, rank=2,
+                               hard_negative_rows=tr.hard_negative_rows, validation_queries=d.V,
+                               validation_relevance=d.validation)
+    np.testing.assert_allclose(rep.baseline.operator_, base.operator_, atol=1e-12)
