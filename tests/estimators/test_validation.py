@@ -289,3 +289,76 @@ def test_fold_cells_refuses_an_empty_fold_no_ranks_and_a_bad_projection():
         fv.fold_cells(X, D, range(30), range(30, 40), [8], [2], projection=np.ones((5, 2)))
     with pytest.raises(ValueError, match=r"train_order: expected row numbers in \[0, 40\)"):
         fv.fold_cells(X, D, [-1, 3], range(30, 40), [2], [2])
+
+
+# --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
+def _cell(fold, size, ls, ld, cars, sure="", cv="", aniso=""):
+    return {"fold": fold, "size": size, "loss_shared": ls, "loss_dual": ld, "cars_choice": cars,
+            "sure_choice": sure, "cv_choice": cv, "aniso_choice": aniso, "cars_score": 0.0}
+
+
+def test_summarise_cells_by_hand_for_every_rule():
+    """Four cells in two folds, every rule's regret, accuracy and the per-fold / per-size figures
+    worked out by hand (regret = the chosen family's held-out loss minus the better one's)."""
+    rows = [
+        _cell(0, 32, 1.0, 0.5, "dual", "shared", "dual", "shared"),    # dual wins by 0.5
+        _cell(0, 64, 0.2, 0.6, "dual", "shared", "shared", "dual"),    # shared wins by 0.4
+        _cell(1, 32, 0.3, 0.3, "shared", "dual", "dual", "shared"),    # tie: shared wins, no regret either way
+        _cell(1, 64, 0.9, 0.1, "shared", "dual", "shared", "dual"),    # dual wins by 0.8
+    ]
+    s = fv.summarise_cells(rows)
+    # per fold, then the mean over folds
+    f0 = {"cars": (0 + 0.4) / 2, "shared": (0.5 + 0) / 2, "dual": (0 + 0.4) / 2, "sure": (0.5 + 0) / 2,
+          "cv": (0 + 0) / 2, "aniso": (0.5 + 0.4) / 2}
+    f1 = {"cars": (0 + 0.8) / 2, "shared": (0 + 0.8) / 2, "dual": (0 + 0) / 2, "sure": (0 + 0) / 2,
+          "cv": (0 + 0.8) / 2, "aniso": (0 + 0) / 2}
+    assert s["regret"] == pytest.approx({g: (f0[g] + f1[g]) / 2 for g in f0})
+    assert [f["regret"] for f in s["folds"]] == [pytest.approx(f0), pytest.approx(f1)]
+    # accuracy: the choice names the lower loss (ties to shared)
+    acc = {"cars": (1 / 2 + 1 / 2) / 2, "shared": (1 / 2 + 1 / 2) / 2, "dual": (1 / 2 + 1 / 2) / 2,
+           "sure": (1 / 2 + 1 / 2) / 2, "cv": (1 + 0) / 2, "aniso": (0 + 1) / 2}
+    assert s["accuracy"] == pytest.approx(acc) and s["cars_accuracy"] == pytest.approx(0.5)
+    assert [(f["fold"], f["cells"], f["accuracy"], f["cars_wins"]) for f in s["folds"]] == [
+        (0, 2, 0.5, False), (1, 2, 0.5, False)]
+    better = min(s["regret"]["shared"], s["regret"]["dual"])
+    assert s["reduction"] == pytest.approx(1 - s["regret"]["cars"] / better) and s["fold_wins"] == 0
+    sizes = {p["size"]: p for p in s["per_size"]}
+    assert (sizes[32]["cells"], sizes[32]["cars_dual"], sizes[32]["heldout_dual"]) == (2, 1, 1)
+    assert (sizes[64]["cars_dual"], sizes[64]["heldout_dual"]) == (1, 1)
+    assert sizes[32]["accuracy"] == pytest.approx(1.0) and sizes[64]["accuracy"] == pytest.approx(0.0)
+    assert sizes[32]["mean_advantage"] == pytest.approx((0.5 + 0.0) / 2)
+    assert sizes[64]["mean_advantage"] == pytest.approx((-0.4 + 0.8) / 2)
+    assert sizes[64]["regret"]["cars"] == pytest.approx((0.4 + 0.8) / 2)
+
+
+def test_summarise_cells_fold_wins_and_an_undefined_reduction():
+    wins = fv.summarise_cells([_cell(0, 32, 1.0, 0.5, "dual"), _cell(0, 64, 0.2, 0.6, "shared")])
+    assert wins["fold_wins"] == 1 and wins["folds"][0]["cars_wins"] and wins["reduction"] == pytest.approx(1.0)
+    assert set(wins["regret"]) == {"cars", "shared", "dual"}  # rules without choices in every cell are left out
+    flat = fv.summarise_cells([_cell(0, 32, 0.2, 0.6, "dual")])  # always-shared has no regret
+    assert np.isnan(flat["reduction"])
+    with pytest.raises(ValueError) as e:
+        fv.summarise_cells([])
+    assert str(e.value) == "rows: no cells to summarise"
+
+
+def test_validate_selection_records_its_protocol_and_names_bad_arrays():
+    X, Yp, Yn = _data(n=120, p=12)
+    v = fv.validate_selection(X, Yp, Yn, 2, folds=3, n_splits=3, sizes=(32,), selector_dim=8, seed=7)
+    d = v.as_dict()
+    assert {k: d[k] for k in ("rank", "n", "n_folds", "n_splits", "selector_dim", "centred", "seed")} == {
+        "rank": 2, "n": 120, "n_folds": 3, "n_splits": 3, "selector_dim": 8, "centred": False, "seed": 7}
+    assert set(d) == {"cars_accuracy", "accuracy", "regret", "reduction", "fold_wins", "folds", "per_size",
+                      "rank", "n", "n_folds", "n_splits", "selector_dim", "centred", "seed"}
+    assert d["regret"] == v.regret and d["folds"] == v.folds and d["per_size"] == v.per_size
+    assert (d["cars_accuracy"], d["fold_wins"]) == (v.cars_accuracy, v.fold_wins)
+    assert fv.summarise_cells(v.cells)["regret"] == pytest.approx(v.regret)
+    for bad, name in ((dict(X=X[:, :5]), "Y_pos"), (dict(Y_pos=Yp[:, :5]), "Y_pos"), (dict(Y_neg="x"), "Y_neg")):
+        args = {"X": X, "Y_pos": Yp, "Y_neg": Yn, **bad}
+        with pytest.raises((ValueError, TypeError), match=name):
+            fv.validate_selection(args["X"], args["Y_pos"], args["Y_neg"], 2, folds=3, sizes=(32,))
+    for folds in (1, True, 2.5):
+        with pytest.raises(ValueError, match="folds"):
+            fv.validate_selection(X, Yp, Yn, 2, folds=folds, sizes=(32,))
+    with pytest.raises(ValueError, match="selector_dim"):
+        fv.validate_selection(X, Yp, Yn, 2, folds=3, sizes=(32,), selector_dim=0)

@@ -507,6 +507,8 @@ def validate_selection(
     D = Yp - Yn
     del Yp, Yn
     n, p = X.shape
+    if selector_dim is not None:  # named before the rank it bounds
+        selector_dim = check_rank(selector_dim, 10**12, "selector_dim")
     rank = check_rank(rank, p if selector_dim is None else min(p, int(selector_dim)))
     check_seed(seed)
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
