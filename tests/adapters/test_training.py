@@ -243,3 +243,76 @@ def test_the_epoch_zero_checkpoint_is_scored_in_the_adapters_form(problem, form)
     ref = np.argsort(-S, axis=1, kind="stable")[:, :10]
     want = evaluate_indices(ref, problem.table, ["ndcg@10"]).mean["ndcg@10"]
     assert h0["validation_ndcg"] == pytest.approx(want, abs=1e-12)
+
+
+# ------------------------------------------------------------------ the training loop's decisions
+def _planted_scores(monkeypatch, values):
+    """ValidationScorer.ndcg_lowrank returns ``values`` in call order (start, then each epoch)."""
+    import asymgeo.adapters.training as training
+
+    it = iter(values)
+    monkeypatch.setattr(training.ValidationScorer, "ndcg_lowrank", lambda self, A, B, augmented: next(it))
+
+
+@pytest.mark.parametrize("second, best", [
+    ([0.60, 0.70, 0.65, 0.65], (2e-3, 2, 0.70)),   # the second learning rate reaches a new best
+    ([0.60, 0.58, 0.58], (1e-3, 1, 0.60)),         # it only ties the best: the earlier checkpoint stays
+])
+def test_patience_and_the_checkpoint_follow_the_validation_figures(problem, monkeypatch, second, best):
+    """Planted validation NDCG@10 (random start, so no scale search calls the scorer): with
+    patience 2 a learning rate stops after two epochs without a strict gain; the checkpoint is
+    the highest figure, the earlier learning rate and epoch on ties."""
+    first = [0.60, 0.55, 0.60]                      # epoch 3 only ties epoch 1: no gain, stop
+    _planted_scores(monkeypatch, [0.50, *first, *second])
+    ad = Adapter(rank=2, init="random", epochs=6, batch_size=16, learning_rates=(1e-3, 2e-3), early_stopping=2)
+    ad.fit(problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    epochs = {lr: [h["epoch"] for h in ad.history_ if h["learning_rate"] == lr] for lr in (1e-3, 2e-3)}
+    assert epochs[1e-3] == [0, 1, 2, 3] and epochs[2e-3] == list(range(len(second) + 1))
+    assert [h["validation_ndcg"] for h in ad.history_] == [0.50, *first, 0.50, *second]
+    assert (ad.learning_rate_, ad.best_epoch_, ad.validation_ndcg_) == best
+
+
+def test_without_validation_one_epoch_is_kept_not_the_start(problem):
+    ad = Adapter(rank=2, init="random", epochs=1, batch_size=16, learning_rates=(1e-2,), geometry="dual")
+    ad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    assert (ad.best_epoch_, ad.learning_rate_) == (1, 1e-2)
+    start = Adapter(rank=2, init="random", epochs=1, batch_size=16, learning_rates=(1e9,), geometry="dual")
+    with pytest.raises(ValueError):
+        start.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+    assert not np.allclose(ad.query_map_, start.query_map_)  # the trained maps, not the random start
+
+
+def test_epoch_loss_is_the_row_weighted_mean_of_the_batch_losses(problem):
+    """With a vanishing learning rate the maps stay at the closed-form start, so every batch's
+    loss is the loop InfoNCE of that batch at the start; the epoch loss weighs them by rows."""
+    from adapter_reference import info_nce
+
+    from asymgeo.adapters.training import epoch_permutation
+
+    bs = 20  # 48 rows: batches of 20, 20 and 8
+    ad = Adapter(rank=3, geometry="dual", epochs=1, batch_size=bs, learning_rates=(1e-12,), seed=6)
+    ad.fit(problem.X, problem.pos, problem.corpus, relevant_rows=problem.relevant)
+    M = ad.operator_  # unchanged start (projection of a 1e-12 step): the operator of every batch
+    order = epoch_permutation(6, 1, 48)
+    X, corpus = problem.X.astype(np.float64), problem.corpus.astype(np.float64)
+    losses, sizes = [], []
+    for b0 in range(0, 48, bs):
+        idx = order[b0:b0 + bs]
+        rel = [problem.relevant[i] for i in idx]
+        losses.append(info_nce(M, X[idx], problem.pos[idx], np.zeros((len(idx), 0), int), corpus, rel,
+                               ad.temperature))
+        sizes.append(len(idx))
+    want = float(np.dot(losses, sizes) / 48)
+    (h1,) = [h for h in ad.history_ if h["epoch"] == 1]
+    assert h1["loss"] == pytest.approx(want, rel=1e-5)
+
+
+def test_an_anchor_below_one_still_pulls_toward_the_start(problem):
+    kw = dict(rank=2, geometry="dual", epochs=3, batch_size=16, learning_rates=(5e-2,), seed=1)
+    free = Adapter(**kw).fit(problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    held = Adapter(anchor=0.5, **kw).fit(problem.X, problem.pos, problem.corpus, **_fit_kw(problem))
+    start = Adapter(**{**kw, "learning_rates": (1e-12,)}).fit(problem.X, problem.pos, problem.corpus,
+                                                              **_fit_kw(problem))
+    d_free = np.linalg.norm(free.operator_ - start.operator_)
+    d_held = np.linalg.norm(held.operator_ - start.operator_)
+    assert d_held < d_free
