@@ -363,3 +363,36 @@ def test_validate_selection_records_its_protocol_and_names_bad_arrays():
             fv.validate_selection(X, Yp, Yn, 2, folds=folds, sizes=(32,))
     with pytest.raises(ValueError, match="selector_dim"):
         fv.validate_selection(X, Yp, Yn, 2, folds=3, sizes=(32,), selector_dim=0)
+
+
+def test_every_cell_field_equals_the_selectors_called_directly():
+    """Beyond losses and CARS scores: CARS's standard error and distances, SURE, the anisotropic
+    rule and the cross-validated risk of every cell against direct calls on the same prefix of
+    the same fold (reconstructed from the files' protocol as in _brute_force); with both SURE and
+    cross-validation on, no rule's fields displace another's."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+    from asymgeo.kernels.theory import anisotropic_sure, sure_statistic
+
+    X, Yp, Yn = _data(n=120, p=12)
+    D = Yp - Yn
+    res = fv.validate_selection(X, Yp, Yn, 2, folds=3, sizes=(32, 64), n_splits=3, seed=5, cv_folds=3)
+    ids = [f"{i:03d}" for i in range(120)]
+    for c in res.cells:
+        pool, _ = fold_split(query_folds(ids, 3), c["fold"])
+        idx = [int(q) for q in nested_subsets(pool, (32, 64), seed=fold_seed(c["fold"]))[c["size"]]]
+        ss = np.random.SeedSequence(5, spawn_key=(c["fold"], c["size"]))
+        split_seed = int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
+        Xm, Dm = X[idx], D[idx]
+        cars = cars_score(Xm, Dm, np.zeros_like(Dm), 2, n_splits=3, seed=split_seed)
+        assert c["rank"] == 2
+        assert (c["cars_se"], c["raw_distance"], c["corrected_distance"]) == pytest.approx(
+            (cars.standard_error, cars.raw_distance, cars.corrected_distance), rel=1e-7, abs=1e-12)
+        st, _ = sure_statistic(Xm, Dm, 2)
+        assert c["sure_choice"] == st.choice
+        assert c["sure_score"] == pytest.approx(st.risk_shared - st.risk_dual, rel=1e-7, abs=1e-12)
+        an = anisotropic_sure(Xm, Dm, 2)
+        assert (c["aniso_choice"], c["aniso_score"]) == (an.choice, pytest.approx(an.score, rel=1e-7, abs=1e-12))
+        cv = cross_validated_risk(Xm, Dm, np.zeros_like(Dm), 2, folds=3, seed=split_seed)
+        assert (c["cv_choice"], c["cv_score"], c["cv_se"]) == (
+            cv.choice, pytest.approx(cv.score, rel=1e-9, abs=1e-12), pytest.approx(cv.standard_error, rel=1e-9))
+    assert {"cars", "sure", "aniso", "cv"} <= set(res.regret)

@@ -280,7 +280,7 @@ def _fold_tasks(
             if cv_folds >= 2:
                 cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), int(r),
                                           folds=min(int(cv_folds), m), seed=split_seed)
-                extra = {"cv_choice": cv.choice, "cv_score": cv.score, "cv_se": cv.standard_error}
+                extra.update(cv_choice=cv.choice, cv_score=cv.score, cv_se=cv.standard_error)
             rows.append({
                 "fold": int(fold),
                 "size": int(m),
