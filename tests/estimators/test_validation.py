@@ -396,3 +396,13 @@ def test_every_cell_field_equals_the_selectors_called_directly():
         assert (c["cv_choice"], c["cv_score"], c["cv_se"]) == (
             cv.choice, pytest.approx(cv.score, rel=1e-9, abs=1e-12), pytest.approx(cv.standard_error, rel=1e-9))
     assert {"cars", "sure", "aniso", "cv"} <= set(res.regret)
+
+
+def test_fold_cells_defaults_are_validate_selections():
+    import inspect
+
+    a = inspect.signature(fv.fold_cells).parameters
+    b = inspect.signature(fv.validate_selection).parameters
+    for key in ("n_splits", "seed", "cv_folds", "sure", "projection"):
+        assert a[key].default == b[key].default if key in b else a[key].default is None, key
+    assert a["fold"].default == 0
