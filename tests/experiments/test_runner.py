@@ -436,3 +436,10 @@ def test_ray_executor_starts_and_stops_its_own_cluster_and_reports_a_failed_cell
                   progress=False)
     assert not ray.is_initialized(), "the cluster it started is shut down"
     assert sorted(r["square"] for r in _records(tmp_path).values()) == [0, 1, 4, 16, 25]
+
+
+def test_a_cell_that_is_not_callable_is_refused():
+    from asymgeo.experiments.config import import_cell
+
+    with pytest.raises(ValueError, match="cell 'sweep_cells:__doc__': not callable"):
+        import_cell("sweep_cells:__doc__")

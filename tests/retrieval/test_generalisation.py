@@ -96,3 +96,13 @@ def test_unseen_relevant_ranking_by_hand():
 def test_prior_weight_ties_go_to_the_smallest():
     assert choose_prior_weight({0.0: 0.5, 0.1: 0.6, 0.2: 0.6}) == 0.1
     assert choose_prior_weight({0.0: 0.7, 0.1: 0.6}) == 0.0
+
+
+def test_unseen_relevant_ranking_refuses_a_ranking_of_the_wrong_shape():
+    import numpy as np
+    import pytest
+
+    from asymgeo.retrieval.generalisation import unseen_relevant_ranking
+
+    with pytest.raises(ValueError, match=r"indices: expected shape \(2, K\), got \(1, 3\)"):
+        unseen_relevant_ranking(np.zeros((1, 3), int), ["q0", "q1"], {"q0": {"a": 1}}, ["a", "b", "c"], set(), 2)

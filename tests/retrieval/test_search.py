@@ -614,3 +614,8 @@ def test_an_overflow_for_a_later_query_only_is_refused_too():
     Q = np.array([[1e-30, 0.0, 0.0], [10.0, 10.0, 10.0]], np.float32)
     with pytest.raises(ValueError, match=r"corpus: scores overflow float32 near rows 5\.\.5"):
         exact_search(Q, C, 2, backend="numpy")
+
+
+def test_adapter_index_refuses_maps_of_different_ranks():
+    with pytest.raises(ValueError, match="doc_map: rank 3 does not match query_map rank 2"):
+        AdapterIndex(np.ones((5, 4)), np.ones((2, 4)), np.ones((3, 4)), form="augmented")
