@@ -68,16 +68,21 @@ def test_empty_hard_negative_table_is_no_hard_negatives(problem):
     assert not np.allclose(a.operator_, c.operator_)
 
 
+def _projection_start(problem, neg, r=3):
+    """The closed-form projection start by numpy: P_{d,r}(C) / ||P_{d,r}(C)||_2 of
+    C = mean x (y+ - y-)^T with y- the corpus rows ``neg``."""
+    X = problem.X.astype(np.float64)
+    C = X.T @ (problem.corpus[problem.pos].astype(np.float64) - problem.corpus[neg].astype(np.float64)) / X.shape[0]
+    U, s, Vt = np.linalg.svd(C)
+    return (U[:, :r] * s[:r]) @ Vt[:r] / s[0]
+
+
 def test_explicit_negative_rows_set_the_closed_form_moment(problem):
     # the closed-form start is the SVD truncation of C = mean x (y+ - y-)^T; with negative_rows
     # the y- are those rows, not the first hard negatives.  Projection form, no validation, no
     # training steps that matter (lr tiny, one epoch): the operator is P_{d,r}(C) / ||P_{d,r}(C)||_2.
     neg = (problem.hard[:, 0] + 7) % problem.corpus.shape[0]
-    X = problem.X.astype(np.float64)
-    C = X.T @ (problem.corpus[problem.pos].astype(np.float64) - problem.corpus[neg].astype(np.float64)) / X.shape[0]
-    U, s, Vt = np.linalg.svd(C)
-    M = (U[:, :3] * s[:3]) @ Vt[:3]
-    want = M / s[0]
+    want = _projection_start(problem, neg)
     ad = Adapter(rank=3, form="projection", geometry="dual", epochs=1, batch_size=48,
                  learning_rates=(1e-12,), seed=0).fit(problem.X, problem.pos, problem.corpus,
                                                       hard_negative_rows=problem.hard, negative_rows=neg)
@@ -92,11 +97,7 @@ def test_explicit_negative_rows_set_the_closed_form_moment(problem):
 def test_every_learning_rate_diverging_without_validation_keeps_the_start(problem):
     # no validation: the kept checkpoint is the last finished epoch; when every run diverges in
     # its first epoch there is none, so the start is kept and the fit says so
-    X = problem.X.astype(np.float64)
-    C = X.T @ (problem.corpus[problem.pos].astype(np.float64)
-               - problem.corpus[problem.hard[:, 0]].astype(np.float64)) / X.shape[0]
-    U, s, Vt = np.linalg.svd(C)
-    want = (U[:, :3] * s[:3]) @ Vt[:3] / s[0]
+    want = _projection_start(problem, problem.hard[:, 0])
     bad = Adapter(rank=3, form="projection", geometry="dual", epochs=3, batch_size=8, learning_rates=(1e6,))
     with pytest.raises(ValueError, match="learning_rates: training diverged for every learning rate"):
         bad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)

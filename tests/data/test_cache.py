@@ -639,6 +639,14 @@ def test_damaged_cache_folder_is_refused_with_the_exact_reason(seven, tmp_path, 
 
 
 # --------------------------------------------------------------------------- rarely taken refusals (issue #19)
+def _interrupted_build(seven, tmp_path):
+    """A cache folder whose encoding crashed on its third chunk (chunks of 2): queries 0-3 done."""
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError):
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    return cache
+
+
 def test_an_empty_id_line_is_refused_with_its_line_number(tmp_path):
     path = _unit_cache(tmp_path)
     (path / "corpus_ids.txt").write_text("c0\n\nc2\nc3\n")
@@ -693,9 +701,7 @@ def test_assembling_fewer_rows_than_planned_is_refused_before_the_file_exists(tm
 
 
 def test_a_damaged_chunk_is_encoded_again_on_resume(seven, tmp_path):
-    cache = tmp_path / "cache"
-    with pytest.raises(RuntimeError):
-        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    cache = _interrupted_build(seven, tmp_path)
     parts = cache / "seven" / "fake-enc.partial" / ".partial"
     (parts / "queries-000001.npy").write_bytes(b"\x93NUMPY garbage")  # a chunk cut short by a crash
     resumed = FakeEncoder()
@@ -708,9 +714,7 @@ def test_a_damaged_chunk_is_encoded_again_on_resume(seven, tmp_path):
 
 
 def test_a_damaged_manifest_starts_the_build_afresh(seven, tmp_path):
-    cache = tmp_path / "cache"
-    with pytest.raises(RuntimeError):
-        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    cache = _interrupted_build(seven, tmp_path)
     (cache / "seven" / "fake-enc.partial" / ".partial" / "manifest.json").write_text("{not json")
     fresh = FakeEncoder()
     emb = encode_dataset(seven, SPEC, cache_dir=cache, model=fresh, chunk_size=2, progress=False)
@@ -751,9 +755,7 @@ def test_has_corpus_id_and_query_rows_of_a_wrong_count(tmp_path):
 
 @pytest.mark.parametrize("damage", ["float32", "short"])
 def test_a_part_of_the_wrong_type_or_length_is_encoded_again(seven, tmp_path, damage):
-    cache = tmp_path / "cache"
-    with pytest.raises(RuntimeError):
-        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    cache = _interrupted_build(seven, tmp_path)
     part = cache / "seven" / "fake-enc.partial" / ".partial" / "queries-000000.npy"
     good = np.load(part)
     np.save(part, good.astype(np.float32) if damage == "float32" else good[:1])

@@ -391,6 +391,17 @@ def test_user_triples_dir_defaults_under_the_home_cache(monkeypatch, tmp_path):
     assert triples._user_triples_dir() == tmp_path / "mine"
 
 
+def _read_cached(path):
+    """(rows, scores, meta) of a triple-cache file, copied out of the archive."""
+    with np.load(path) as z:
+        return z["rows"].copy(), z["scores"].copy(), str(z["meta"][()])
+
+
+def _write_cached(path, rows, scores, meta):
+    with open(path, "wb") as fh:
+        np.savez(fh, rows=rows, scores=scores, meta=np.array(meta))
+
+
 @pytest.mark.parametrize("damage", ["row_past_corpus", "negative_row", "unsorted", "nan_score", "int32_rows",
                                     "other_shape"])
 def test_every_inconsistent_triple_cache_is_rebuilt_and_named(hand, count_searches, damage, caplog):
@@ -398,8 +409,7 @@ def test_every_inconsistent_triple_cache_is_rebuilt_and_named(hand, count_search
     ids = ["q0", "q1", "q2"]
     good = load_triples(root, "enc", ids, cache_dir=cache, k=2)
     (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
-    with np.load(path) as z:
-        rows, scores, meta = z["rows"].copy(), z["scores"].copy(), str(z["meta"][()])
+    rows, scores, meta = _read_cached(path)
     if damage == "row_past_corpus":
         rows[2, 1] = 7  # the corpus has rows 0..6
     elif damage == "negative_row":
@@ -412,8 +422,7 @@ def test_every_inconsistent_triple_cache_is_rebuilt_and_named(hand, count_search
         rows = rows.astype(np.int32)
     else:
         rows, scores = rows[:2], scores[:2]
-    with open(path, "wb") as fh:
-        np.savez(fh, rows=rows, scores=scores, meta=np.array(meta))
+    _write_cached(path, rows, scores, meta)
     with caplog.at_level("WARNING", logger="asymgeo.data.triples"):
         again = load_triples(root, "enc", ids, cache_dir=cache, k=2)
     assert _fields(again) == _fields(good) and len(count_searches) == 2
@@ -494,17 +503,14 @@ def test_a_cached_file_with_tied_scores_is_reused_and_an_unsorted_row_of_three_i
     ids = ["q0", "q1", "q2"]
     good = load_triples(root, "enc", ids, cache_dir=cache, k=3)
     (path,) = (cache / "hand" / "enc" / "triples").glob("*.npz")
-    with np.load(path) as z:
-        rows, scores, meta = z["rows"].copy(), z["scores"].copy(), str(z["meta"][()])
+    rows, scores, meta = _read_cached(path)
     tied = scores.copy()
     tied[:, :] = tied[:, :1]  # every score equal within a row: still sorted (non-increasing)
-    with open(path, "wb") as fh:
-        np.savez(fh, rows=rows, scores=tied, meta=np.array(meta))
+    _write_cached(path, rows, tied, meta)
     again = load_triples(root, "enc", ids, cache_dir=cache, k=3)
     assert len(count_searches) == 1 and _fields(again) == _fields(good)
     bad = np.tile(np.array([3.0, 1.0, 2.0], np.float32), (3, 1))  # first >= both others, yet unsorted
-    with open(path, "wb") as fh:
-        np.savez(fh, rows=rows, scores=bad, meta=np.array(meta))
+    _write_cached(path, rows, bad, meta)
     load_triples(root, "enc", ids, cache_dir=cache, k=3)
     assert len(count_searches) == 2
 
