@@ -33,10 +33,24 @@ def row(path: Path) -> str:
             f"{score:.0f}% | {strict:.0f}% | {rec['commit'][:7]} | {rec['wall_seconds'] / 60:.0f} min |")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, default=OUT, help="folder of the run records (default build/mutation)")
+    args = ap.parse_args(argv)
+    paths = sorted(args.dir.glob("*.json"))
+    if not paths:
+        print(f"{args.dir}: no mutation run records (run tools/mutation.py first)", file=sys.stderr)
+        return 2
     rows = ["| module (run) | mutants | killed | survived | no tests | timeout | not run | score | strict | commit "
             "| wall |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    rows += [row(p) for p in sorted(OUT.glob("*.json"))]
+    for p in paths:
+        try:
+            rows.append(row(p))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"{p}: not a mutation run record ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
     print("\n".join(rows))
     return 0
 
