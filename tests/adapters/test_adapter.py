@@ -273,20 +273,20 @@ def test_fit_restores_torch_settings(problem):
 
 
 def test_choose_scale_picks_the_best_c_smallest_on_ties_and_scales_by_the_norm():
-    # a stand-in scorer records the maps it is given and returns planted validation NDCG@10
+    # a stand-in scorer records the maps and grid it is given and returns planted validation NDCG@10
     import torch
 
     from asymgeo.adapters.training import choose_scale
 
     class Scorer:
-        corpus_t = torch.zeros((1, 3))
+        device = torch.device("cpu")
 
         def __init__(self, planted):
             self.planted, self.seen = planted, []
 
-        def ndcg_lowrank(self, A, B, augmented):
-            self.seen.append((A.clone().numpy(), B.clone().numpy(), augmented))
-            return self.planted[len(self.seen) - 1]
+        def ndcg_scaled(self, A, B, scales, augmented):
+            self.seen.append((A.clone().numpy(), B.clone().numpy(), list(scales), augmented))
+            return self.planted
 
     A = np.array([[1.0, 2.0, 0.0]])
     B = np.array([[0.0, 1.0, 1.0]])
@@ -294,12 +294,40 @@ def test_choose_scale_picks_the_best_c_smallest_on_ties_and_scales_by_the_norm()
     got = choose_scale(A, B, 4.0, s, scales=(2.0, 0.0, 1.0, 0.5))
     assert got.scale == 0.5 and got.validation_ndcg == 0.5     # the smaller c of the tie
     assert got.scores == {0.0: 0.30, 0.5: 0.50, 1.0: 0.50, 2.0: 0.40}
-    for (a, b, aug), c in zip(s.seen, (0.0, 0.5, 1.0, 2.0), strict=True):
-        np.testing.assert_allclose(a, A * c / 4.0, rtol=1e-6)   # I + c A^T B / ||A^T B||_2 with the norm 4
-        np.testing.assert_allclose(b, B) and aug is True
+    (a, b, grid, aug), = s.seen                               # one corpus pass for the whole grid
+    assert grid == [0.0, 0.5, 1.0, 2.0] and aug is True
+    np.testing.assert_allclose(a, A / 4.0, rtol=1e-6)         # I + c A^T B / ||A^T B||_2 with the norm 4
+    np.testing.assert_allclose(b, B)
     s = Scorer([0.1, 0.2])
     choose_scale(A, B, 0.0, s, scales=(0.0, 1.0))              # a zero norm scales by 1, not by 1 / 0
-    np.testing.assert_allclose(s.seen[1][0], A, rtol=1e-6)
+    np.testing.assert_allclose(s.seen[0][0], A, rtol=1e-6)
+
+
+def test_scaled_scoring_equals_one_search_per_scale_and_streams_a_float16_memmap(tmp_path):
+    # the one-pass grid against brute force: top-10 of V (I + c A^T B) C^T for each c, by numpy
+    import torch
+
+    from asymgeo.adapters.training import CorpusBlocks, ValidationScorer
+
+    P = make_problem(n=40, N=300, p=8, k=2, seed=11)
+    mm = np.lib.format.open_memmap(tmp_path / "c.npy", mode="w+", dtype=np.float16, shape=P.corpus.shape)
+    mm[:] = P.corpus
+    mm.flush()
+    mm = np.load(tmp_path / "c.npy", mmap_mode="r")
+    C32 = np.asarray(mm, dtype=np.float64)
+    rng = np.random.default_rng(0)
+    A, B = rng.normal(size=(3, 8)), rng.normal(size=(3, 8))
+    blocks = CorpusBlocks(mm, "cpu")
+    assert blocks._tensor is None                              # a memmap is streamed, never copied whole
+    scorer = ValidationScorer(P.V, P.table, blocks, tile_elements=P.V.shape[0] * 64)  # several blocks, no base
+    assert scorer.base is None and scorer.block < P.corpus.shape[0]
+    grid = [0.0, 0.5, 2.0]
+    got = scorer.top_indices_scaled(torch.tensor(A, dtype=torch.float32), torch.tensor(B, dtype=torch.float32),
+                                    grid, True)
+    for c, idx in zip(grid, got, strict=True):
+        S = P.V.astype(np.float64) @ (np.eye(8) + c * A.T @ B) @ C32.T
+        want = np.argsort(-S, axis=1, kind="stable")[:, :10]
+        np.testing.assert_array_equal(np.sort(idx, axis=1), np.sort(want, axis=1))
 
 
 def test_closed_form_init_refuses_a_moment_without_positive_part():

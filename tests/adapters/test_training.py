@@ -211,14 +211,14 @@ def test_choose_scale_divides_by_a_norm_below_one():
     from asymgeo.adapters.training import choose_scale
 
     class Scorer:
-        corpus_t = torch.zeros((1, 2))
+        device = torch.device("cpu")
 
         def __init__(self):
             self.seen = []
 
-        def ndcg_lowrank(self, A, B, augmented):
-            self.seen.append(A.clone().numpy())
-            return 0.0
+        def ndcg_scaled(self, A, B, scales, augmented):
+            self.seen.append(A.clone().numpy() * scales[0])
+            return [0.0] * len(scales)
 
     s = Scorer()
     choose_scale(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), 0.25, s, scales=(1.0,))
@@ -317,3 +317,60 @@ def test_an_anchor_below_one_still_pulls_toward_the_start(problem):
     d_free = np.linalg.norm(free.operator_ - start.operator_)
     d_held = np.linalg.norm(held.operator_ - start.operator_)
     assert d_held < d_free
+
+
+def test_fit_on_a_float16_memmap_never_makes_a_float32_copy_of_the_corpus(tmp_path, monkeypatch):
+    # issue #21: the loss reads the training rows only, validation streams blocks; numpy's
+    # allocations are traced (tracemalloc), so a whole (N, p) float32 copy would show as its bytes
+    import tracemalloc
+
+    from asymgeo.adapters import training
+    from asymgeo.adapters.training import prepare_training
+    from asymgeo.retrieval.metrics import RelevanceTable
+
+    rng = np.random.default_rng(0)
+    N, p, n, m = 300_000, 32, 64, 16
+    mm = np.lib.format.open_memmap(tmp_path / "c.npy", mode="w+", dtype=np.float16, shape=(N, p))
+    for d0 in range(0, N, 50_000):
+        blk = rng.normal(size=(50_000, p))
+        mm[d0:d0 + 50_000] = blk / np.linalg.norm(blk, axis=1, keepdims=True)
+    mm.flush()
+    corpus = np.load(tmp_path / "c.npy", mmap_mode="r")
+    pos = rng.choice(N, size=n, replace=False)
+    X = np.asarray(corpus[pos], dtype=np.float32) + 0.1 * rng.normal(size=(n, p)).astype(np.float32)
+    vpos = rng.choice(N, size=m, replace=False)
+    V = np.asarray(corpus[vpos], dtype=np.float32)
+    table = RelevanceTable({f"v{i}": {f"d{vpos[i]}": 1} for i in range(m)}, [f"v{i}" for i in range(m)],
+                           [f"d{j}" for j in range(N)])
+    hard = rng.integers(0, N, size=(n, 2))
+    data = prepare_training(X, pos, corpus, hard_negative_rows=hard)
+    assert isinstance(data.corpus, np.memmap)                   # kept by reference
+    np.testing.assert_array_equal(data.train_rows, np.unique(np.concatenate([pos, hard.ravel()])))
+    np.testing.assert_array_equal(data.Y_pos_np, np.asarray(corpus[pos], dtype=np.float32))
+    monkeypatch.setattr(training, "_BLOCK_BYTES", 1 << 20)       # validation blocks of 1 MiB of float32
+    copy_bytes = N * p * 4                                       # 38.4 MB; fixed-size blocks stay below a third
+    import_torch()                                               # its import allocates, not the fit
+    Adapter(geometry="dual", rank=2, epochs=1, learning_rates=(1e-3,), batch_size=32).fit(X, pos, corpus)
+    tracemalloc.start()
+    try:
+        Adapter(geometry="dual", rank=2, epochs=2, learning_rates=(1e-3,), batch_size=32).fit(
+            X, pos, corpus, hard_negative_rows=hard, validation_queries=V, validation_relevance=table)
+        _cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < copy_bytes / 3, peak
+
+
+def test_a_non_finite_float16_row_is_named_without_converting_the_corpus(tmp_path):
+    from asymgeo.adapters.training import prepare_training
+
+    rng = np.random.default_rng(1)
+    C = rng.normal(size=(70_000, 4)).astype(np.float16)
+    for bad, value in ((66_000, np.inf), (3, np.nan)):
+        D = C.copy()
+        D[bad, 2] = value
+        with pytest.raises(ValueError, match=rf"corpus: contains NaN or infinite values \(first at index \[{bad}, 2\]\)"):
+            prepare_training(rng.normal(size=(8, 4)), np.arange(8), D)
+    D = C.copy()
+    D[5, 1] = np.float16(65504)                                 # the largest finite float16 is accepted
+    prepare_training(rng.normal(size=(8, 4)), np.arange(8), D)

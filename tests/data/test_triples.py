@@ -553,3 +553,199 @@ def test_a_cache_passed_in_is_checked_against_the_encoder_named(shared_dir):
     assert str(e.value) == (f"{emb.path}: embeddings of encoder 'all-MiniLM-L6-v2', not 'all-mpnet-base-v2'; pass "
                             "the all-mpnet-base-v2 cache (asymgeo embed scifact --encoder all-mpnet-base-v2)")
     assert load_triples(ds, "minilm", "train", cache=emb, k=1).encoder == "all-MiniLM-L6-v2"  # an alias is the same
+
+
+# --------------------------------------------------------------------------- approximate mining (issue #21)
+def _pinned_cache(tmp_path):
+    """A stand-in embedding cache whose key inputs are fixed bytes and times."""
+    import os
+    import types
+
+    d = tmp_path / "ds" / "enc"
+    d.mkdir(parents=True)
+    (d / "meta.json").write_bytes(b'{"dtype": "float16"}\n')
+    (d / "corpus_ids.txt").write_bytes(b"d0\nd1\nd2\n")
+    (d / "query_ids.txt").write_bytes(b"q0\nq1\n")
+    (d / "corpus.npy").write_bytes(b"x" * 100)
+    (d / "queries.npy").write_bytes(b"y" * 60)
+    for name in ("corpus.npy", "queries.npy"):
+        os.utime(d / name, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+    return types.SimpleNamespace(path=d, corpus=np.zeros((3, 4)))
+
+
+#: triples_cache_key of _pinned_cache, computed with the code before approximate mining existed.
+_EXACT_KEY = "f4a66307f32c637f83bd388d9139bd14fe038decf63ffe74492f19a4bf89ee91"
+
+
+def test_the_exact_mining_key_is_unchanged(tmp_path):
+    from asymgeo.data.triples import triples_cache_key
+
+    emb = _pinned_cache(tmp_path)
+    args = (emb, ["q0", "q1"], [{1}, {0, 2}], 2, 1, False)
+    assert triples_cache_key(*args) == _EXACT_KEY  # existing caches stay valid
+    assert triples_cache_key(*args, None) == triples_cache_key(*args, {"index": "exact"}) == _EXACT_KEY
+
+
+def test_the_approximate_mining_key_differs_and_follows_its_settings(tmp_path):
+    pytest.importorskip("faiss")
+    from asymgeo.data.triples import triples_cache_key
+    from asymgeo.retrieval.approximate import approximate_settings
+
+    emb = _pinned_cache(tmp_path)
+    args = (emb, ["q0", "q1"], [{1}, {0, 2}], 2, 1, False)
+    variants = [
+        approximate_settings("ivf", 3),
+        approximate_settings("ivf", 3, nlist=2),
+        approximate_settings("ivf", 3, nlist=2, nprobe=1),
+        approximate_settings("ivf", 3, seed=1),
+        approximate_settings("hnsw", 3),
+        approximate_settings("hnsw", 3, ef_search=100),
+        approximate_settings("hnsw", 3, seed=1),
+    ]
+    keys = [triples_cache_key(*args, v) for v in variants]
+    assert len(set(keys) | {_EXACT_KEY}) == len(variants) + 1
+    assert triples_cache_key(*args, approximate_settings("ivf", 3)) == keys[0]  # stable
+    # the defaults filled in: nlist=None and the default nlist mine the same negatives, one key
+    assert approximate_settings("ivf", 3) == approximate_settings("ivf", 3, nlist=1, nprobe=1)
+
+
+def test_ivf_mining_scanning_every_list_equals_brute_force():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(6)
+    C = rng.standard_normal((800, 16)).astype(np.float32)
+    Q = rng.standard_normal((25, 16)).astype(np.float32)
+    exclude = [set(rng.choice(800, size=int(rng.integers(0, 5)), replace=False).tolist()) for _ in range(25)]
+    S = Q.astype(np.float64) @ C.T.astype(np.float64)
+    for i, ex in enumerate(exclude):
+        S[i, sorted(ex)] = -np.inf
+    want = np.argsort(-S, axis=1, kind="stable")[:, :6]
+    res = mine_hard_negatives(Q, C, exclude, k=6, index="ivf", nlist=8, nprobe=8)
+    assert res.backend == "faiss-ivf"
+    np.testing.assert_array_equal(res.indices, want)  # Gaussian data: no near ties
+    np.testing.assert_allclose(res.scores, np.take_along_axis(S, want, 1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("index", ["ivf", "hnsw"])
+def test_approximate_mining_by_hand_keeps_the_tie_rule(index):
+    pytest.importorskip("faiss")
+    Q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    C = np.array([[0.9, 0.0], [0.5, 0.5], [0.0, 0.8], [0.9, 0.0], [-1.0, 0.0]], dtype=np.float32)
+    scores, rows = res = mine_hard_negatives(Q, C, [{0}, {1, 2}], k=3, index=index)
+    assert rows.tolist() == [[3, 1, 2], [0, 3, 4]]  # as test_mine_hard_negatives_by_hand
+    np.testing.assert_allclose(scores, [[0.9, 0.5, 0.0], [0.0, 0.0, 0.0]], atol=1e-7)
+    assert res.backend == f"faiss-{index}"
+
+
+def test_approximate_mining_that_finds_too_few_documents_says_to_raise_nprobe():
+    pytest.importorskip("faiss")
+    rng = np.random.default_rng(2)
+    C = np.vstack([np.array([5.0, 0, 0]) + rng.standard_normal((30, 3)) * 0.1,
+                   np.array([-5.0, 0, 0]) + rng.standard_normal((30, 3)) * 0.1]).astype(np.float32)
+    Q = np.array([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"index='ivf': 2 of 2 queries got fewer than 40 unlabelled documents .*"
+                                         r"\(first: query 0, 29 found\); raise nprobe \(now 1 of 2 lists\)"):
+        mine_hard_negatives(Q, C, [{0}, set()], k=40, index="ivf", nlist=2, nprobe=1)
+    assert mine_hard_negatives(Q, C, [{0}, set()], k=40, index="ivf", nlist=2, nprobe=2).indices.shape == (2, 40)
+
+
+def test_approximate_mining_argument_errors():
+    pytest.importorskip("faiss")
+    from asymgeo.retrieval.approximate import ApproximateIndex
+
+    C = np.eye(6, dtype=np.float32)
+    Q = np.ones((1, 6))
+    with pytest.raises(ValueError, match="index: expected one of 'exact', 'ivf', 'hnsw' or an ApproximateIndex, got 'flat'"):
+        mine_hard_negatives(Q, C, [set()], k=1, index="flat")
+    with pytest.raises(ValueError, match="nprobe: settings of an approximate index; exact mining"):
+        mine_hard_negatives(Q, C, [set()], k=1, nprobe=2)
+    with pytest.raises(ValueError, match="ef_search: an HNSW setting"):
+        mine_hard_negatives(Q, C, [set()], k=1, index="ivf", ef_search=3)
+    built = ApproximateIndex(C)
+    with pytest.raises(ValueError, match="nprobe: set them on the ApproximateIndex"):
+        mine_hard_negatives(Q, C, [set()], k=1, index=built, nprobe=1)
+    with pytest.raises(ValueError, match=r"index: an ApproximateIndex of 6 x 6 documents, but the corpus has shape \(5, 6\)"):
+        mine_hard_negatives(Q, C[:5], [set()], k=1, index=built)
+    assert mine_hard_negatives(Q, C, [set()], k=2, index=built).backend == "faiss-ivf"
+    empty = mine_hard_negatives(np.ones((0, 6)), C, [], k=2, index="hnsw")
+    assert empty.indices.shape == (0, 2) and empty.backend == "faiss-hnsw"
+
+
+def test_mining_recall_against_brute_force():
+    pytest.importorskip("faiss")
+    from asymgeo.data.triples import mining_recall
+
+    rng = np.random.default_rng(9)
+    C = rng.standard_normal((3000, 32)).astype(np.float32)
+    Q = rng.standard_normal((60, 32)).astype(np.float32)
+    exclude = [{int(i)} for i in rng.choice(3000, size=60)]
+    full = mining_recall(Q, C, exclude, k=8, index="ivf", nlist=16, nprobe=16)
+    assert full["recall"] == 1.0 and full["first_agreement"] == 1.0 and full["n_queries"] == 60
+    assert full["settings"]["nlist"] == 16 and full["settings"]["nprobe"] == 16
+    assert full["build_seconds"] > 0 and full["approx_seconds"] > 0 and full["exact_seconds"] > 0
+    low = mining_recall(Q, C, exclude, k=8, index="ivf", nlist=16, nprobe=1)
+    # the recall of the approximate negatives, recomputed from brute force and an independent IVF mining
+    S = Q.astype(np.float64) @ C.T.astype(np.float64)
+    for i, ex in enumerate(exclude):
+        S[i, sorted(ex)] = -np.inf
+    want = np.argsort(-S, axis=1, kind="stable")[:, :8]
+    got = mine_hard_negatives(Q, C, exclude, k=8, index="ivf", nlist=16, nprobe=1).indices
+    expect = np.mean([len(set(a) & set(b)) / 8 for a, b in zip(got.tolist(), want.tolist())])
+    assert low["recall"] == pytest.approx(expect) and 0.0 < low["recall"] < 0.8
+    sub = mining_recall(Q, C, exclude, k=8, index="hnsw", sample=10, seed=3)
+    assert sub["n_queries"] == 10 and sub["settings"]["index"] == "hnsw"
+    with pytest.raises(ValueError, match="index: 'exact' is the reference"):
+        mining_recall(Q, C, exclude, index="exact")
+
+
+@pytest.fixture
+def count_approximate(monkeypatch):
+    """Counts approximate indexes built by mine_hard_negatives."""
+    pytest.importorskip("faiss")
+    import asymgeo.data.triples as triples
+
+    calls = []
+    real = triples.ApproximateIndex
+
+    class Counting(real):
+        def __init__(self, *args, **kwargs):
+            calls.append(kwargs.get("kind"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(triples, "ApproximateIndex", Counting)
+    return calls
+
+
+def test_load_triples_with_ivf_mining_has_its_own_cache(hand, count_searches, count_approximate):
+    root, cache = hand
+    folder = cache / "hand" / "enc" / "triples"
+    ids = ["q0", "q1", "q2"]
+    exact = load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == 1 and len(list(folder.glob("*.npz"))) == 1
+    ivf = load_triples(root, "enc", ids, cache_dir=cache, k=2, mining="ivf")
+    assert count_approximate == ["ivf"] and len(count_searches) == 1  # the exact cache was not reused
+    assert len(list(folder.glob("*.npz"))) == 2
+    # 7 documents: one list, scanned whole, so the negatives are the exact ones (test_load_triples_by_hand)
+    assert ivf.hard_negative_ids == exact.hard_negative_ids == [["q0", "d0"], ["d2", "d5"], ["d1", "d3"]]
+    again = load_triples(root, "enc", ids, cache_dir=cache, k=2, mining="ivf", mining_options={"nlist": 1})
+    assert count_approximate == ["ivf"] and _fields(again) == _fields(ivf)  # same settings: from the cache
+    load_triples(root, "enc", ids, cache_dir=cache, k=2, mining="ivf", mining_options={"seed": 1})
+    load_triples(root, "enc", ids, cache_dir=cache, k=2, mining="hnsw", mining_options={"ef_search": 8})
+    assert count_approximate == ["ivf", "ivf", "hnsw"] and len(list(folder.glob("*.npz"))) == 4
+    load_triples(root, "enc", ids, cache_dir=cache, k=2)
+    assert len(count_searches) == 1  # the exact file is still there and still valid
+
+
+def test_load_triples_checks_the_mining_arguments(hand):
+    root, cache = hand
+    with pytest.raises(ValueError, match="mining: expected one of 'exact', 'ivf', 'hnsw', got 'approx'"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, mining="approx")
+    with pytest.raises(ValueError, match=r"mining_options: exact mining takes no options, got nprobe \(pass mining='ivf'"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, mining_options={"nprobe": 4})
+    with pytest.raises(ValueError, match=r"mining_options: ef_search not an option of mining='ivf' \(expected some of "
+                                         r"nlist, nprobe, seed\)"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, mining="ivf", mining_options={"ef_search": 4})
+    with pytest.raises(TypeError, match="mining_options: expected a mapping"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, mining="ivf", mining_options=[("nprobe", 4)])
+    pytest.importorskip("faiss")
+    with pytest.raises(ValueError, match="nprobe: 3 exceeds nlist = 1"):
+        load_triples(root, "enc", ["q0"], cache_dir=cache, k=2, mining="ivf", mining_options={"nprobe": 3})

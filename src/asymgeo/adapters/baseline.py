@@ -15,11 +15,11 @@ from typing import Any
 from .adapter import Adapter
 from .training import (
     DEFAULT_SCALES,
+    CorpusBlocks,
     ScaleChoice,
     ValidationScorer,
     choose_scale,
     closed_form_factors,
-    import_torch,
     prepare_training,
     resolve_device,
 )
@@ -56,10 +56,9 @@ def closed_form_adapter(
                             validation_queries=validation_queries, validation_relevance=validation_relevance,
                             negative_rows=negative_rows)
     A, B, norm = closed_form_factors(data, geometry, rank)
-    torch = import_torch()
-    corpus_t = torch.from_numpy(data.corpus).to(resolve_device(device))
     assert data.validation_queries is not None  # checked by prepare_training
-    scorer = ValidationScorer(data.validation_queries, data.validation_relevance, corpus_t)
+    scorer = ValidationScorer(data.validation_queries, data.validation_relevance,
+                              CorpusBlocks(data.corpus, resolve_device(device)))
     choice = choose_scale(A, B, norm, scorer, scales)
     s = math.sqrt(choice.scale / norm) if norm > 0 else 0.0
     ad = Adapter.from_maps(A * s, B * s, form="augmented", geometry=geometry)

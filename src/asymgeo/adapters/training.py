@@ -12,7 +12,9 @@ validation NDCG@10 by exact full-corpus search that selects the learning rate an
 checkpoint.  Paired seeds: the epoch permutations depend only on ``seed`` and the epoch,
 so the shared and dual families (and every learning rate) see the same batches.
 
-Speed: the corpus is one float32 tensor on the device; hard negatives are gathered by
+Speed and memory: the loss reads only the training positives and hard negatives (gathered
+once as float32 rows on the device); validation streams the corpus in blocks
+(:class:`CorpusBlocks`: no (N, p) float32 host copy); hard negatives are gathered by
 index; validation is one (m x N) matmul plus ``topk`` per epoch; no Python loop runs per
 example.
 """
@@ -88,13 +90,16 @@ class TrainingData:
 
     X_np: np.ndarray  # (n, p) float32
     positive_rows: np.ndarray  # (n,)
-    corpus: np.ndarray  # (N, p) float32
+    corpus: np.ndarray  # (N, p) as given (float16 memmaps stay memmaps; never copied whole)
     hard_negative_rows: np.ndarray | None  # (n, k)
     relevant_keys: np.ndarray  # sorted int64 keys i * N + row
     Y_pos_np: np.ndarray  # (n, p) float32
     Y_neg: np.ndarray | None  # (n, p) float32 triple negatives
     validation_queries: np.ndarray | None  # (m, p) float32
     validation_relevance: Any = None
+    #: sorted corpus rows the loss reads (positives and hard negatives) and their float32 rows
+    train_rows: np.ndarray | None = None
+    train_corpus: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -128,7 +133,7 @@ def prepare_training(  # noqa: C901 - one flat sequence of argument checks
         raise ValueError(
             f"X: need at least {MIN_TRAIN_QUERIES} training queries to form one batch with in-batch negatives, got {n}"
         )
-    C = as_float_matrix(corpus, "corpus", dtype=np.float32)
+    C = _check_corpus(corpus)
     if C.shape[1] != p:
         raise ValueError(f"corpus: dimension {C.shape[1]} does not match X dimension {p}")
     N = C.shape[0]
@@ -175,11 +180,108 @@ def prepare_training(  # noqa: C901 - one flat sequence of argument checks
         if int(np.max(validation_relevance.rows)) >= Vq.shape[0]:
             raise ValueError(f"validation_relevance: refers to query row {int(np.max(validation_relevance.rows))}, "
                              f"but validation_queries has {Vq.shape[0]} rows")
+    used = [pos] + ([] if hard is None else [hard.ravel()]) + ([] if neg is None else [neg])
+    rows = np.unique(np.concatenate(used))
+    Ct = gather_rows(C, rows)
     return TrainingData(
         X_np=Xf, positive_rows=pos, corpus=C, hard_negative_rows=hard, relevant_keys=rel_keys,
-        Y_pos_np=C[pos], Y_neg=None if neg is None else C[neg], validation_queries=Vq,
-        validation_relevance=validation_relevance,
+        Y_pos_np=Ct[np.searchsorted(rows, pos)], Y_neg=None if neg is None else Ct[np.searchsorted(rows, neg)],
+        validation_queries=Vq, validation_relevance=validation_relevance, train_rows=rows, train_corpus=Ct,
     )
+
+
+def _check_corpus(corpus: Any) -> np.ndarray:
+    """The corpus as a 2-d float array without copying it (a float16 memmap stays one).
+
+    Every row is checked finite block by block (``ValueError`` naming the first bad row),
+    so no (N, p) float32 copy is ever made here (issue #21: bounded memory).
+    """
+    if hasattr(corpus, "detach") and hasattr(corpus, "cpu"):
+        corpus = corpus.detach().cpu().numpy()
+    C = corpus if isinstance(corpus, np.ndarray) else np.asarray(corpus)
+    if C.dtype == object or not (np.issubdtype(C.dtype, np.number) or C.dtype == bool):
+        raise TypeError(f"corpus: expected a numeric array, got dtype {C.dtype}")
+    if np.iscomplexobj(C):
+        raise TypeError("corpus: complex values are not supported")
+    if C.ndim != 2:
+        raise ValueError(f"corpus: expected a 2-d array of shape (n, p), got shape {C.shape}")
+    if C.size == 0:
+        raise ValueError(f"corpus: expected a non-empty array, got shape {C.shape}")
+    for d0 in range(0, C.shape[0], _CHECK_BLOCK):
+        blk = np.asarray(C[d0 : d0 + _CHECK_BLOCK])
+        ok = _finite_rows(blk)
+        if not ok.all():
+            bad = int(np.flatnonzero(~ok)[0])
+            col = int(np.flatnonzero(~np.isfinite(blk[bad]))[0])
+            raise ValueError(f"corpus: contains NaN or infinite values (first at index [{d0 + bad}, {col}])")
+    return C
+
+
+def _finite_rows(blk: np.ndarray) -> np.ndarray:
+    """Rows of ``blk`` with only finite values; float16 by its exponent bits (no float conversion)."""
+    if blk.dtype == np.float16:
+        return ((blk.view(np.uint16) & np.uint16(0x7C00)) != np.uint16(0x7C00)).all(axis=1)
+    return np.isfinite(blk).all(axis=1)
+
+
+_CHECK_BLOCK = 65536
+_BLOCK_BYTES = 64 << 20
+
+
+def gather_rows(corpus: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``corpus[rows]`` as float32 (rows sorted; a memmap is read only at those rows)."""
+    out = np.empty((rows.size, corpus.shape[1]), dtype=np.float32)
+    for i0 in range(0, rows.size, _CHECK_BLOCK):
+        out[i0 : i0 + _CHECK_BLOCK] = corpus[rows[i0 : i0 + _CHECK_BLOCK]]
+    return out
+
+
+class CorpusBlocks:
+    """The corpus as float32 torch blocks on one device, without an (N, p) float32 host copy.
+
+    * On CUDA: one device tensor in the corpus's own dtype (float16 caches stay float16, half
+      the memory) when it needs at most ``max_device_bytes``; else blocks are moved per use.
+    * On CPU: a float32 numpy corpus is viewed in place; any other (a float16 memmap) is
+      converted block by block on every pass (bounded memory).
+
+    ``block(d0, d1)`` returns rows ``d0:d1`` as a float32 tensor on ``device``.
+    """
+
+    def __init__(self, corpus: Any, device: Any, *, max_device_bytes: int | None = None):
+        torch = import_torch()
+        self.torch = torch
+        if hasattr(corpus, "detach"):  # a tensor already (tests, callers with their own)
+            self.device = corpus.device
+            self._tensor = corpus
+            self._numpy: np.ndarray | None = None
+            self.shape = tuple(corpus.shape)
+            return
+        C = corpus
+        self.shape = tuple(C.shape)
+        self.device = torch.device(device) if not hasattr(device, "type") else device
+        self._numpy = C
+        self._tensor = None
+        if self.device.type == "cuda":
+            if max_device_bytes is None:
+                free, _total = torch.cuda.mem_get_info(self.device)
+                max_device_bytes = int(free * 0.5)
+            if C.nbytes <= max_device_bytes:
+                dt = torch.float16 if C.dtype == np.float16 else torch.float32
+                t = torch.empty(C.shape, dtype=dt, device=self.device)
+                for d0 in range(0, C.shape[0], _CHECK_BLOCK):
+                    blk = np.ascontiguousarray(C[d0 : d0 + _CHECK_BLOCK], dtype=np.float16 if dt == torch.float16
+                                               else np.float32)
+                    t[d0 : d0 + blk.shape[0]] = torch.from_numpy(blk).to(self.device)
+                self._tensor = t
+        elif C.dtype == np.float32 and not isinstance(C, np.memmap):
+            self._tensor = torch.from_numpy(np.ascontiguousarray(C))
+
+    def block(self, d0: int, d1: int) -> Any:
+        if self._tensor is not None:
+            return self._tensor[d0:d1].float()
+        assert self._numpy is not None  # one of the two is always set
+        blk = np.ascontiguousarray(self._numpy[d0:d1], dtype=np.float32)
+        return self.torch.from_numpy(blk).to(self.device)
 
 
 def closed_form_factors(data: TrainingData, geometry: str, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
@@ -205,6 +307,23 @@ def closed_form_factors(data: TrainingData, geometry: str, rank: int) -> tuple[n
     return A, B, norm
 
 
+@contextlib.contextmanager
+def _all_cpu_threads(torch: Any, device: Any) -> Iterator[None]:
+    """Every usable core for the scorer's large products on CPU, inside the training loop's
+    one-thread setting (:func:`_deterministic`); restored afterwards."""
+    if getattr(device, "type", str(device)) != "cpu":
+        yield
+        return
+    from .._runtime import available_cpus
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(before, available_cpus()))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class ValidationScorer:
     """Validation NDCG@10 (binary, Appendix F) by exact full-corpus search on the training device.
 
@@ -214,18 +333,25 @@ class ValidationScorer:
     instead of ``O(m p N)``; then ``topk`` in corpus blocks.
     """
 
-    def __init__(self, queries: np.ndarray, table: Any, corpus_t: Any, *, k: int = VALIDATION_K,
+    def __init__(self, queries: np.ndarray, table: Any, corpus: Any, *, k: int = VALIDATION_K,
                  tile_elements: int = 1 << 25):
         torch = import_torch()
         self.torch = torch
         self.table = table
-        self.corpus_t = corpus_t
-        self.queries_t = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(corpus_t.device)
-        self.k = min(k, corpus_t.shape[0])
-        m, N = self.queries_t.shape[0], corpus_t.shape[0]
-        self.block = max(self.k, tile_elements // max(1, m))
+        src = corpus if isinstance(corpus, CorpusBlocks) else CorpusBlocks(corpus, "cpu")
+        self.corpus = src
+        self.device = src.device
+        self.queries_t = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(src.device)
+        m, N = self.queries_t.shape[0], src.shape[0]
+        self.n_docs = N
+        self.k = min(k, N)
+        # a block's float32 rows stay below _BLOCK_BYTES too (p = 768: 21,845 documents)
+        self.block = max(self.k, min(tile_elements // max(1, m), _BLOCK_BYTES // (4 * max(1, src.shape[1]))))
         # the frozen scores, kept when they fit in one tile
-        self.base = self.queries_t @ corpus_t.T if m * N <= tile_elements else None
+        self.base: Any = None
+        if m * N <= tile_elements:  # block by block: never the whole corpus as float32 at once
+            self.base = torch.cat([self.queries_t @ src.block(d0, min(N, d0 + self.block)).T
+                                   for d0 in range(0, N, self.block)], dim=1)
         self.discount = 1.0 / np.log2(np.arange(2, self.k + 2))
         ideal = np.cumsum(self.discount)
         self.n_rel = np.asarray(table.n_rel)
@@ -243,16 +369,33 @@ class ValidationScorer:
 
     def top_indices_lowrank(self, A: Any, B: Any, augmented: bool) -> np.ndarray:
         """Top-k corpus rows under ``x^T M y`` for ``M = [I +] A^T B`` without forming ``V M``."""
+        return self.top_indices_scaled(A, B, [1.0], augmented)[0]
+
+    def top_indices_scaled(self, A: Any, B: Any, scales: Sequence[float], augmented: bool) -> list[np.ndarray]:
+        """Top-k rows under ``M_c = [I +] c A^T B`` for every ``c`` in ``scales``, in one pass over the corpus.
+
+        Each corpus block is read (and converted) once; its frozen scores ``V C^T`` and low-rank
+        scores ``(V A^T)(B C^T)`` are computed once and combined for every ``c``.
+        """
+        with _all_cpu_threads(self.torch, self.device):
+            return self._top_indices_scaled(A, B, scales, augmented)
+
+    def _top_indices_scaled(self, A: Any, B: Any, scales: Sequence[float], augmented: bool) -> list[np.ndarray]:
         QA = self.queries_t @ A.T
-        best = None
-        for d0 in range(0, self.corpus_t.shape[0], self.block):
-            C = self.corpus_t[d0 : d0 + self.block]
-            S = QA @ (B @ C.T)
+        best: list[tuple[Any, Any] | None] = [None] * len(scales)
+        for d0 in range(0, self.n_docs, self.block):
+            d1 = min(self.n_docs, d0 + self.block)
+            C = self.corpus.block(d0, d1)
+            low = QA @ (B @ C.T)
+            base = None
             if augmented:
-                S = S + (self.base[:, d0 : d0 + self.block] if self.base is not None else self.queries_t @ C.T)
-            best = self._merge(best, S, d0)
-        assert best is not None
-        return best[1].cpu().numpy()
+                base = self.base[:, d0:d1] if self.base is not None else self.queries_t @ C.T
+            for j, c in enumerate(scales):
+                S = low if c == 1.0 else low * float(c)
+                if base is not None:
+                    S = S + base
+                best[j] = self._merge(best[j], S, d0)
+        return [b[1].cpu().numpy() for b in best if b is not None]
 
     def _ndcg(self, idx: np.ndarray) -> float:
         g = self.table.grades(idx[self.table.rows]) > 0
@@ -265,6 +408,10 @@ class ValidationScorer:
     def ndcg_lowrank(self, A: Any, B: Any, augmented: bool) -> float:
         """Mean binary NDCG@k under ``M = [I +] A^T B`` (see :meth:`top_indices_lowrank`)."""
         return self._ndcg(self.top_indices_lowrank(A, B, augmented))
+
+    def ndcg_scaled(self, A: Any, B: Any, scales: Sequence[float], augmented: bool = True) -> list[float]:
+        """Mean binary NDCG@k under ``[I +] c A^T B`` for each ``c`` (one corpus pass)."""
+        return [self._ndcg(idx) for idx in self.top_indices_scaled(A, B, scales, augmented)]
 
 
 @dataclass
@@ -305,8 +452,8 @@ def _deterministic(torch: Any, device: str) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _initial_maps(adapter: Any, data: TrainingData, geometry: str, scorer: ValidationScorer | None,
-                  corpus_t: Any) -> tuple[np.ndarray, np.ndarray, float | None]:
+def _initial_maps(adapter: Any, data: TrainingData, geometry: str,
+                  scorer: ValidationScorer | None) -> tuple[np.ndarray, np.ndarray, float | None]:
     rank, p = int(adapter.rank), data.p
     if adapter.init == "random":
         rng = np.random.default_rng(np.random.SeedSequence(int(adapter.seed), spawn_key=(1,)))
@@ -345,15 +492,23 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
     augmented = adapter.form == "augmented"
     shared = geometry == "shared"
     with _deterministic(torch, device):
-        corpus_t = torch.from_numpy(data.corpus).to(device)
+        # the loss reads only the positives and hard negatives: those rows, float32, on the device
+        # (global rows stay the keys of the relevance masks); validation streams the whole corpus
+        assert data.train_rows is not None and data.train_corpus is not None  # set by prepare_training
+        rows = data.train_rows
+        corpus_t = torch.from_numpy(data.train_corpus).to(device)
         X_t = torch.from_numpy(data.X_np).to(device)
         pos_t = torch.from_numpy(data.positive_rows).to(device)
+        pos_local_t = torch.from_numpy(np.searchsorted(rows, data.positive_rows)).to(device)
         hard_t = None if data.hard_negative_rows is None else torch.from_numpy(data.hard_negative_rows).to(device)
+        hard_local_t = None if data.hard_negative_rows is None else \
+            torch.from_numpy(np.searchsorted(rows, data.hard_negative_rows)).to(device)
         keys_t = torch.from_numpy(data.relevant_keys).to(device)
         scorer = None
         if data.validation_queries is not None:
-            scorer = ValidationScorer(data.validation_queries, data.validation_relevance, corpus_t)
-        A0, B0, init_scale = _initial_maps(adapter, data, geometry, scorer, corpus_t)
+            scorer = ValidationScorer(data.validation_queries, data.validation_relevance,
+                                      CorpusBlocks(data.corpus, device))
+        A0, B0, init_scale = _initial_maps(adapter, data, geometry, scorer)
 
         def apply(Q: Any, A: Any, B: Any) -> Any:
             low = (Q @ A.T) @ B
@@ -411,15 +566,14 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                         b = idx.numel()
                         q = apply(X_t[idx], A, B)
                         prow = pos_t[idx]
-                        S = q @ corpus_t[prow].T
+                        S = q @ corpus_t[pos_local_t[idx]].T
                         if pair_mask is not None:
                             mask = pair_mask[idx][:, idx] & ~eye[:b, :b]
                         else:
                             mask = in_keys(idx[:, None] * N + prow[None, :]) & ~eye[:b, :b]
                         logits = S.masked_fill(mask, -math.inf)
-                        if hard_t is not None and hard_mask is not None:
-                            hrow = hard_t[idx]
-                            H = torch.einsum("bp,bkp->bk", q, corpus_t[hrow])
+                        if hard_local_t is not None and hard_mask is not None:
+                            H = torch.einsum("bp,bkp->bk", q, corpus_t[hard_local_t[idx]])
                             H = H.masked_fill(hard_mask[idx], -math.inf)
                             logits = torch.cat([logits, H], dim=1)
                         loss = torch.nn.functional.cross_entropy(logits / tau, torch.arange(b, device=device))
@@ -497,11 +651,12 @@ def choose_scale(A: np.ndarray, B: np.ndarray, norm: float, scorer: ValidationSc
     r"""Pick ``c`` maximising validation NDCG@10 of :math:`I + c A^\top B/\|A^\top B\|_2`
     (ties: the smaller ``c``)."""
     torch = import_torch()
-    dev = scorer.corpus_t.device
+    dev = scorer.device
     At = torch.from_numpy(np.asarray(A, dtype=np.float32)).to(dev)
     Bt = torch.from_numpy(np.asarray(B, dtype=np.float32)).to(dev)
     scale = 1.0 / (norm if norm > 0 else 1.0)
-    with torch.no_grad():
-        scores = {float(c): scorer.ndcg_lowrank(At * float(c) * scale, Bt, True) for c in sorted(scales)}
+    grid = sorted(float(c) for c in scales)
+    with torch.no_grad():  # one corpus pass for the whole grid
+        scores = dict(zip(grid, scorer.ndcg_scaled(At * scale, Bt, grid, True)))
     best = max(scores, key=lambda c: (scores[c], -c))
     return ScaleChoice(best, scores[best], scores)

@@ -27,7 +27,8 @@ class AdaptationData:
     """Frozen embeddings of one dataset, ready for adapter training and evaluation.
 
     ``triples`` are the training triples (adaptation train split, ``k`` hard negatives);
-    ``corpus`` the float32 document embeddings; ``V``/``validation`` and ``T``/``test``
+    ``corpus`` the document embeddings as the cache stores them (a float16 memmap: every
+    search upcasts it block by block, so no (N, p) float32 copy is made); ``V``/``validation`` and ``T``/``test``
     the validation and test query embeddings with their :class:`RelevanceTable`;
     ``relevant`` the corpus rows labelled relevant for each training query.
     """
@@ -62,7 +63,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     tr = load_triples(ds, encoder, "train", cache=emb, k=k, require=True)
     split = adaptation_split(ds)
     qrels = ds.all_qrels()
-    corpus = np.asarray(emb.corpus, dtype=np.float32)
+    corpus = emb.corpus  # memory-mapped float16, read block by block (issue #21: bounded memory)
 
     def part(name: str) -> tuple[np.ndarray, Any]:
         ids = [q for q in split[name] if q in qrels]

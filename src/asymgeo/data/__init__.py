@@ -50,7 +50,7 @@ from .splits import (
     split_queries,
     split_sizes,
 )
-from .triples import Triples, load_triples, mine_hard_negatives
+from .triples import Triples, load_triples, mine_hard_negatives, mining_recall
 
 __all__ = [
     # datasets
@@ -103,4 +103,5 @@ __all__ = [
     "Triples",
     "load_triples",
     "mine_hard_negatives",
+    "mining_recall",
 ]

@@ -25,6 +25,7 @@ import numpy as np
 
 from .._runtime import available_cpus
 from .beir import document_text
+from .synthetic import HASH_ENCODER_MODEL, HASH_ENCODER_NAME, HashProjectionEncoder
 
 __all__ = [
     "EncoderSpec",
@@ -121,6 +122,8 @@ ENCODERS: dict[str, EncoderSpec] = {
         ),
         EncoderSpec("gte-base", "thenlper/gte-base", aliases=("gte",)),
         EncoderSpec("contriever-msmarco", "facebook/contriever-msmarco", aliases=("contriever",)),
+        # benchmarks only (asymgeo.data.synthetic): feature hashing + a seeded projection, no model
+        EncoderSpec(HASH_ENCODER_NAME, HASH_ENCODER_MODEL, aliases=("hash-projection",)),
     )
 }
 
@@ -291,9 +294,15 @@ def check_device(device: str | None) -> str:
 
 def load_encoder(
     name: str | EncoderSpec = DEFAULT_ENCODER, *, device: str | None = None, batch_size: int = 32, model_path: str | None = None
-) -> SentenceTransformerEncoder:
-    """Open an encoder offline; ``model_path`` overrides where the weights are read from."""
+) -> SentenceTransformerEncoder | HashProjectionEncoder:
+    """Open an encoder offline; ``model_path`` overrides where the weights are read from.
+
+    The benchmark encoder ``synthetic-hash-768`` (:class:`asymgeo.data.synthetic.HashProjectionEncoder`)
+    needs no weights and runs on the CPU whatever ``device`` says.
+    """
     spec = get_encoder(name)
+    if spec.model == HASH_ENCODER_MODEL and model_path is None:
+        return HashProjectionEncoder(768)
     if model_path is not None:
         spec = replace(spec, model=str(model_path), package=None)
     return SentenceTransformerEncoder(spec, device=device, batch_size=batch_size)

@@ -3,7 +3,9 @@
 For each query of a split: ``X`` is its embedding, ``Y_pos`` the embedding of its first
 labelled positive (file order in qrels, grade >= ``min_grade``) and ``Y_neg`` the
 embedding of the highest-ranked *unlabelled* document under the frozen encoder, found by
-exact full-corpus inner-product search.  "Unlabelled" means absent from every qrels row
+exact full-corpus inner-product search (or, on request, by an approximate FAISS index:
+``mining="ivf"`` / ``"hnsw"``, see :func:`mine_hard_negatives`; for mining only, never for
+reported metrics).  "Unlabelled" means absent from every qrels row
 of that query (any grade, any split); with ``ignore_identical_ids`` the document whose id
 equals the query id is excluded as well.  The ``k`` best unlabelled documents are the
 query's frozen hard negatives for adapter training (the first of them is ``Y_neg``).
@@ -13,7 +15,8 @@ embeddings in ``<cache>/triples/<key>.npz``, or, when that folder is read-only (
 permission bits, as the shared caches), in ``$ASYMGEO_TRIPLES_DIR`` (default
 ``~/.cache/asymgeo/triples``).  The key hashes the embedding cache's identity (the bytes of
 its ``meta.json``, ``corpus_ids.txt`` and ``query_ids.txt``) and the mining settings (the
-queries, their excluded documents, ``k``, ``min_grade``, ``ignore_identical_ids``); a file
+queries, their excluded documents, ``k``, ``min_grade``, ``ignore_identical_ids``, and for
+approximate mining its index settings and FAISS version); a file
 is written atomically, and one that is unreadable or does not match is ignored and
 rebuilt.  Any failure to cache only costs the search again: results are the same.
 """
@@ -25,7 +28,8 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Collection, Sequence
+import time
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,13 +38,14 @@ import numpy as np
 
 from .._atomic import atomic_path
 from .._validation import check_int
+from ..retrieval.approximate import APPROXIMATE_KINDS, ApproximateIndex, approximate_settings, recall_at_k
 from ..retrieval.search import SearchResult, exact_search
 from .beir import BeirDataset, load_beir, warn_faults
 from .cache import EmbeddingCache, load_embeddings, verify_cache
 from .encoders import EncoderSpec
 from .splits import DEFAULT_SPLIT_SEED, adaptation_split
 
-__all__ = ["Triples", "load_triples", "mine_hard_negatives", "ADAPTATION_SPLITS"]
+__all__ = ["Triples", "load_triples", "mine_hard_negatives", "mining_recall", "ADAPTATION_SPLITS", "MINING_INDEXES"]
 
 ADAPTATION_SPLITS = ("train", "validation", "test")
 
@@ -49,12 +54,82 @@ logger = logging.getLogger(__name__)
 #: Version of the triple-cache file layout (part of the key).
 _TRIPLE_CACHE_FORMAT = 1
 
+#: Ways of mining hard negatives: exact search, or an approximate FAISS index.
+MINING_INDEXES = ("exact", *APPROXIMATE_KINDS)
+
+#: Extra results asked of an approximate index beyond ``k + max |exclude|``, so that documents
+#: tying with the last kept one are ordered by lower row as exact mining orders them.
+_TIE_MARGIN = 8
+
+#: ``mining_options`` keys of :func:`load_triples`, per index.
+_MINING_OPTIONS = {"exact": (), "ivf": ("nlist", "nprobe", "seed"), "hnsw": ("ef_search", "seed")}
+
+
+def _drop_excluded(
+    top_s: np.ndarray, top_i: np.ndarray, exclude: Sequence[Collection[int]], k: int
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """The first ``k`` results of each row not in ``exclude[i]`` (missing results, row -1,
+    skipped), and the ``(query, found)`` pairs of rows left with fewer than ``k``."""
+    n = top_i.shape[0]
+    rows = np.empty((n, k), dtype=np.int64)
+    scores = np.empty((n, k), dtype=np.float32)
+    short: list[tuple[int, int]] = []
+    for i in range(n):
+        ex = exclude[i]
+        keep = [j for j in range(top_i.shape[1]) if int(top_i[i, j]) >= 0 and int(top_i[i, j]) not in ex][:k]
+        if len(keep) < k:
+            short.append((i, len(keep)))
+            keep = keep + [keep[-1] if keep else 0] * (k - len(keep))  # filler; the caller raises
+        rows[i] = top_i[i, keep]
+        scores[i] = top_s[i, keep]
+    return rows, scores, short
+
+
+def _approximate_index(
+    corpus: np.ndarray,
+    index: str | ApproximateIndex,
+    nlist: int | None,
+    nprobe: int | None,
+    ef_search: int | None,
+    seed: int,
+) -> ApproximateIndex:
+    """The index to mine with: ``index`` itself when already built (then it must index a
+    corpus of this shape and no options may be given), else a new one of that kind."""
+    if isinstance(index, ApproximateIndex):
+        given = [name for name, v in (("nlist", nlist), ("nprobe", nprobe), ("ef_search", ef_search)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: set them on the ApproximateIndex passed as index, not here")
+        if (index.n_docs, index.dim) != tuple(corpus.shape):
+            raise ValueError(f"index: an ApproximateIndex of {index.n_docs} x {index.dim} documents, "
+                             f"but the corpus has shape {corpus.shape}")
+        return index
+    return ApproximateIndex(corpus, kind=index, nlist=nlist, nprobe=nprobe, ef_search=ef_search, seed=seed)
+
+
+def _check_index_arg(index: Any, nlist: Any, nprobe: Any, ef_search: Any) -> None:
+    if isinstance(index, ApproximateIndex):
+        return
+    if not isinstance(index, str) or index not in MINING_INDEXES:
+        raise ValueError(f"index: expected one of {', '.join(map(repr, MINING_INDEXES))} or an ApproximateIndex, "
+                         f"got {index!r}")
+    if index == "exact":
+        given = [name for name, v in (("nlist", nlist), ("nprobe", nprobe), ("ef_search", ef_search)) if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: settings of an approximate index; exact mining (index='exact') "
+                             "takes none (pass index='ivf' or 'hnsw')")
+
 
 def mine_hard_negatives(
     queries: np.ndarray,
     corpus: np.ndarray,
     exclude: Sequence[Collection[int]],
     k: int = 8,
+    *,
+    index: str | ApproximateIndex = "exact",
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    seed: int = 0,
 ) -> SearchResult:
     """The ``k`` highest-scoring corpus rows per query that are not in ``exclude[i]``.
 
@@ -65,6 +140,14 @@ def mine_hard_negatives(
     exclude : n collections of corpus rows never to return for that query
         (its labelled documents).
     k : negatives per query; needs ``k <= N - max |exclude[i]|``.
+    index : ``"exact"`` (default: exact search of the whole corpus), ``"ivf"`` or ``"hnsw"``
+        (an :class:`~asymgeo.retrieval.approximate.ApproximateIndex` built over the corpus for
+        this call), or an ``ApproximateIndex`` already built over ``corpus``.  Approximate
+        mining is for training negatives only, never for reported metrics.
+    nlist, nprobe : IVF lists and lists scanned per query (defaults ``~4 sqrt(N)`` and
+        ``max(8, nlist // 128)``, see :func:`~asymgeo.retrieval.approximate.ivf_parameters`).
+    ef_search : HNSW search breadth (default 64).
+    seed : seeds the approximate index (training sample, k-means, HNSW levels).
 
     Returns
     -------
@@ -72,6 +155,20 @@ def mine_hard_negatives(
         ``scores`` (n, k) float32 inner products and ``indices`` (n, k) int64 corpus rows,
         best first, exact score ties to the lower row; unpacks as
         ``scores, rows = mine_hard_negatives(...)`` like :func:`asymgeo.exact_search`.
+        ``backend`` is the exact search's, or ``"faiss-ivf"`` / ``"faiss-hnsw"``.
+
+    Raises
+    ------
+    ValueError
+        Bad shapes or ``k``; an unknown ``index`` or options that do not belong to it; an
+        approximate index that returns fewer than ``k`` unlabelled documents for a query
+        (IVF scans only ``nprobe`` lists: raise ``nprobe``; HNSW: raise ``ef_search``).
+
+    Notes
+    -----
+    Approximate mining asks the index for ``min(N, k + max |exclude[i]| + 8)`` documents, so
+    that after dropping the labelled ones ``k`` remain, and documents tying with the last
+    kept one are ordered by lower row as in exact mining.
     """
     Q = np.asarray(queries)
     if Q.ndim != 2:
@@ -81,22 +178,114 @@ def mine_hard_negatives(
     if len(exclude) != Q.shape[0]:
         raise ValueError(f"exclude: expected {Q.shape[0]} collections (one per query), got {len(exclude)}")
     k = check_int(k, "k")
+    _check_index_arg(index, nlist, nprobe, ef_search)
     n, N = Q.shape[0], corpus.shape[0]
     max_ex = max((len(e) for e in exclude), default=0)
     if k + max_ex > N:
         raise ValueError(f"k: {k} negatives plus up to {max_ex} labelled documents exceed the corpus ({N} documents)")
-    rows = np.empty((n, k), dtype=np.int64)
-    scores = np.empty((n, k), dtype=np.float32)
-    if n == 0:
-        return SearchResult(scores, rows, "numpy")
-    res = exact_search(np.asarray(Q, dtype=np.float32), corpus, k + max_ex, progress=None)
-    top_s, top_i = np.asarray(res.scores), np.asarray(res.indices)
-    for i in range(n):
-        ex = exclude[i]
-        keep = [j for j in range(top_i.shape[1]) if int(top_i[i, j]) not in ex][:k]
-        rows[i] = top_i[i, keep]
-        scores[i] = top_s[i, keep]
+    if n == 0:  # nothing to search: no index is built
+        backend = index.backend if isinstance(index, ApproximateIndex) else (
+            "numpy" if index == "exact" else f"faiss-{index}")
+        return SearchResult(np.empty((0, k), dtype=np.float32), np.empty((0, k), dtype=np.int64), backend)
+    approx: ApproximateIndex | None = None
+    if isinstance(index, str) and index == "exact":
+        res = exact_search(np.asarray(Q, dtype=np.float32), corpus, k + max_ex, progress=None)
+    else:
+        approx = _approximate_index(corpus, index, nlist, nprobe, ef_search, seed)
+        res = approx.search(Q, min(N, k + max_ex + _TIE_MARGIN))
+    rows, scores, short = _drop_excluded(np.asarray(res.scores), np.asarray(res.indices), exclude, k)
+    if short:
+        i, found = short[0]
+        assert approx is not None, "exact search always finds k + max |exclude| documents"
+        advice = (f"raise nprobe (now {approx.nprobe} of {approx.nlist} lists)" if approx.kind == "ivf"
+                  else f"raise ef_search (now {approx.ef_search})")
+        raise ValueError(f"index={approx.kind!r}: {len(short)} of {n} queries got fewer than {k} unlabelled documents "
+                         f"from the approximate index (first: query {i}, {found} found); {advice}")
     return SearchResult(scores, rows, res.backend)
+
+
+def mining_recall(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    exclude: Sequence[Collection[int]],
+    k: int = 8,
+    index: str | ApproximateIndex = "ivf",
+    *,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    ef_search: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    r"""What approximate mining trades: recall of its negatives against exact mining, and timings.
+
+    Mines the same (seeded) sample of queries with :func:`mine_hard_negatives` both ways and
+    compares the two negative sets,
+
+    .. math::
+
+        \mathrm{recall@}k = \frac{1}{m} \sum_{i \in S} \frac{|A_i \cap E_i|}{k},
+
+    ``A_i`` the approximate and ``E_i`` the exact hard negatives of query ``i``, ``S`` the
+    sample of ``m`` queries (:func:`~asymgeo.retrieval.approximate.recall_at_k`).
+
+    Parameters
+    ----------
+    queries, corpus, exclude, k : as :func:`mine_hard_negatives`.
+    index : ``"ivf"`` (default), ``"hnsw"`` or an ``ApproximateIndex`` built over ``corpus``.
+    nlist, nprobe, ef_search : settings of a new index (see :func:`mine_hard_negatives`).
+    sample : number of queries compared (default: all), drawn without replacement with
+        ``numpy.random.default_rng(seed)``.
+    seed : seeds the sample and the index.
+
+    Returns
+    -------
+    dict
+        ``recall`` (recall@k of the negatives), ``first_agreement`` (share of queries whose
+        first negative, ``Y_neg`` of the triples, is the exact one), ``n_queries``, ``k``,
+        ``settings`` (the index's, see ``ApproximateIndex.settings``), ``build_seconds``
+        (0.0 for an index passed in), ``approx_seconds`` and ``exact_seconds`` (mining the
+        sample each way, wall time).  Exact mining of all ``n`` queries takes about
+        ``exact_seconds * n / n_queries``; approximate, ``build_seconds`` plus
+        ``approx_seconds * n / n_queries``.
+    """
+    Q = np.asarray(queries)
+    if Q.ndim != 2:
+        raise ValueError(f"queries: expected a 2-d (n, p) array, got shape {Q.shape}")
+    if len(exclude) != Q.shape[0]:
+        raise ValueError(f"exclude: expected {Q.shape[0]} collections (one per query), got {len(exclude)}")
+    if isinstance(index, str) and index == "exact":
+        raise ValueError("index: 'exact' is the reference; compare 'ivf', 'hnsw' or an ApproximateIndex")
+    _check_index_arg(index, nlist, nprobe, ef_search)
+    n = Q.shape[0]
+    m = n if sample is None else min(check_int(sample, "sample"), n)
+    if m == n:
+        rows = np.arange(n)
+    else:
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
+    if rows.size == 0:
+        raise ValueError("queries: no query to compare")
+    Qs = np.asarray(Q[rows], dtype=np.float32)
+    ex = [exclude[int(i)] for i in rows]
+    t0 = time.perf_counter()
+    approx = _approximate_index(corpus, index, nlist, nprobe, ef_search, seed)
+    build = 0.0 if approx is index else time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got = mine_hard_negatives(Qs, corpus, ex, k, index=approx)
+    t_approx = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ref = mine_hard_negatives(Qs, corpus, ex, k)
+    t_exact = time.perf_counter() - t0
+    return {
+        "recall": recall_at_k(got, ref),
+        "first_agreement": float(np.mean(got.indices[:, 0] == ref.indices[:, 0])),
+        "n_queries": int(rows.size),
+        "k": int(k),
+        "settings": approx.settings(),
+        "build_seconds": float(build),
+        "approx_seconds": float(t_approx),
+        "exact_seconds": float(t_exact),
+    }
 
 
 # --------------------------------------------------------------------------- triple cache
@@ -127,6 +316,7 @@ def triples_cache_key(
     k: int,
     min_grade: int,
     ignore_identical_ids: bool,
+    mining: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Key of mined hard negatives: the cache's identity plus the mining settings.
 
@@ -134,6 +324,12 @@ def triples_cache_key(
     the embedding cache (and the size and modification time of its arrays), the query ids,
     the documents excluded per query (from the qrels), ``k``, ``min_grade`` and
     ``ignore_identical_ids``.  None when the cache has no such files (nothing to key on).
+
+    ``mining`` : the settings of an approximate index (as
+    :func:`~asymgeo.retrieval.approximate.approximate_settings` returns them, defaults filled
+    in); they enter the key, so approximate and exact negatives never share a file.  None or
+    ``{"index": "exact"}``: exact mining, whose key is the one of releases before approximate
+    mining existed (their caches stay valid).
     """
     ident: dict[str, Any] = {}
     try:
@@ -153,6 +349,8 @@ def triples_cache_key(
         "exclude": [sorted(int(r) for r in e) for e in excludes],
         "corpus_shape": list(cache.corpus.shape),
     }
+    if mining is not None and mining.get("index", "exact") != "exact":
+        settings["mining"] = {str(name): value for name, value in mining.items()}
     blob = json.dumps({"cache": ident, "settings": settings}, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
 
@@ -211,6 +409,15 @@ def _write_negatives(folders: Sequence[Path], name: str, key: str, res: SearchRe
     return None
 
 
+def _mining_settings(mining: Mapping[str, Any], n_docs: int) -> dict[str, Any] | None:
+    """The key-ready settings of ``mine_hard_negatives(**mining)``; None for exact mining."""
+    kind = mining.get("index", "exact")
+    if kind == "exact":
+        return None
+    return approximate_settings(kind, n_docs, nlist=mining.get("nlist"), nprobe=mining.get("nprobe"),
+                                ef_search=mining.get("ef_search"), seed=mining.get("seed", 0))
+
+
 def _cached_hard_negatives(
     cache: EmbeddingCache,
     X: np.ndarray,
@@ -220,13 +427,21 @@ def _cached_hard_negatives(
     min_grade: int,
     ignore_identical_ids: bool,
     triples_cache: bool | str | os.PathLike,
+    mining: Mapping[str, Any] | None = None,
 ) -> SearchResult:
-    """:func:`mine_hard_negatives`, read from / written to the triple cache when possible."""
+    """:func:`mine_hard_negatives` (with keyword arguments ``mining``, e.g. ``{"index": "ivf",
+    "nprobe": 64}``), read from / written to the triple cache when possible."""
+    opts = dict(mining or {})
+
+    def mine() -> SearchResult:
+        return mine_hard_negatives(X, cache.corpus, excludes, k, **opts)
+
     if triples_cache is False:
-        return mine_hard_negatives(X, cache.corpus, excludes, k)
-    key = triples_cache_key(cache, query_ids, excludes, k, min_grade, ignore_identical_ids)
+        return mine()
+    settings = _mining_settings(opts, int(cache.corpus.shape[0]))
+    key = triples_cache_key(cache, query_ids, excludes, k, min_grade, ignore_identical_ids, settings)
     if key is None:
-        return mine_hard_negatives(X, cache.corpus, excludes, k)
+        return mine()
     if triples_cache is True:
         folders = [cache.path / "triples", _user_triples_dir()]
     else:
@@ -237,11 +452,34 @@ def _cached_hard_negatives(
         if hit is not None:
             logger.info("%s: hard negatives from the triple cache", folder / name)
             return hit
-    res = mine_hard_negatives(X, cache.corpus, excludes, k)
+    res = mine()
     written = _write_negatives(folders, name, key, res)
     if written is not None:
         logger.info("%s: hard negatives cached", written)
     return res
+
+
+def _check_mining(mining: Any, mining_options: Any) -> dict[str, Any]:
+    """``load_triples``' ``mining`` / ``mining_options`` as keyword arguments of
+    :func:`mine_hard_negatives` (``{}`` for exact mining), or a clear error."""
+    if not isinstance(mining, str) or mining not in MINING_INDEXES:
+        raise ValueError(f"mining: expected one of {', '.join(map(repr, MINING_INDEXES))}, got {mining!r}")
+    if mining_options is None:
+        mining_options = {}
+    if not isinstance(mining_options, Mapping):
+        raise TypeError(f"mining_options: expected a mapping such as {{'nprobe': 64}}, "
+                        f"got {type(mining_options).__name__}")
+    allowed = _MINING_OPTIONS[mining]
+    unknown = sorted(str(name) for name in mining_options if name not in allowed)
+    if unknown:
+        if not allowed:
+            raise ValueError(f"mining_options: exact mining takes no options, got {', '.join(unknown)} "
+                             "(pass mining='ivf' or 'hnsw')")
+        raise ValueError(f"mining_options: {', '.join(unknown)} not an option of mining={mining!r} "
+                         f"(expected some of {', '.join(allowed)})")
+    if mining == "exact":
+        return {}
+    return {"index": mining, **{str(name): value for name, value in mining_options.items()}}
 
 
 @dataclass
@@ -342,6 +580,8 @@ def load_triples(
     cache: EmbeddingCache | None = None,
     triples_cache: bool | str | os.PathLike = True,
     require: bool = False,
+    mining: str = "exact",
+    mining_options: Mapping[str, Any] | None = None,
 ) -> Triples:
     """Relevance triples of one split from the frozen embedding cache.
 
@@ -362,6 +602,13 @@ def load_triples(
         when that folder is read-only; a folder; or False (always mine by exact search).
     require : raise ``ValueError`` naming the qrels file when the split yields no triple
         (an empty or header-only qrels file), instead of returning empty triples.
+    mining : how hard negatives are mined: ``"exact"`` (default, exact full-corpus search) or
+        an approximate FAISS index, ``"ivf"`` or ``"hnsw"``, for corpora too large to search
+        exactly (see :func:`mine_hard_negatives`; approximate negatives are training data
+        only: no reported metric uses an approximate index).  Its settings are part of the
+        triple cache's key, so exact and approximate negatives never share a cache file.
+    mining_options : settings of the approximate index: ``nlist``, ``nprobe``, ``seed`` for
+        ``"ivf"``; ``ef_search``, ``seed`` for ``"hnsw"``; none for ``"exact"``.
 
     Returns
     -------
@@ -373,8 +620,11 @@ def load_triples(
     ------
     ValueError
         If the cache was not built from this dataset (see :func:`~asymgeo.data.verify_cache`)
-        or has degenerate rows (see :func:`~asymgeo.data.validate_embeddings`).
+        or has degenerate rows (see :func:`~asymgeo.data.validate_embeddings`); an unknown
+        ``mining`` or an option it does not take; an approximate index that finds fewer than
+        ``k`` unlabelled documents for a query (raise ``nprobe`` / ``ef_search``).
     """
+    mining_kw = _check_mining(mining, mining_options)
     ds = load_beir(dataset, data_dir=data_dir)
     warn_faults(ds)
     if cache is not None:
@@ -421,7 +671,7 @@ def load_triples(
     q_rows = emb.query_rows(kept)
     p_rows = emb.corpus_rows(pos_ids)
     X = np.asarray(emb.queries[q_rows], dtype=np.float32)
-    hard = _cached_hard_negatives(emb, X, kept, excludes, k, min_grade, ident, triples_cache)
+    hard = _cached_hard_negatives(emb, X, kept, excludes, k, min_grade, ident, triples_cache, mining_kw)
     hard_rows = hard.indices
     n_rows = hard_rows[:, 0].copy()
     cids = emb.corpus_ids

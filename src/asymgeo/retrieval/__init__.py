@@ -2,6 +2,7 @@
 
 :mod:`.search` (exact top-k: numpy blocks, torch on CUDA, FAISS; ``ExactIndex``,
 ``AdapterIndex``), :mod:`.metrics` (NDCG@k and friends, trec_eval tie order),
-:mod:`.compare` (paired per-query comparisons with intervals).  Knows runs and relevance
+:mod:`.compare` (paired per-query comparisons with intervals), :mod:`.approximate` (FAISS IVF /
+HNSW ``ApproximateIndex`` and ``recall_at_k``, for mining hard negatives only).  Knows runs and relevance
 tables, not files.
 """
