@@ -150,3 +150,14 @@ def test_data_dir_resolves_a_dataset_by_name(hand):
     root, cache = hand
     res = evaluate_frozen("hand", "enc", data_dir=root.parent, cache_dir=cache, metrics=["ndcg@3"])
     assert res.extra["dataset"] == "hand"
+
+
+def test_an_open_cache_is_reused_and_checked_against_the_dataset(hand, shared_dir):
+    root, cache = hand
+    emb = load_embeddings(root, "enc", cache_dir=cache)
+    q2 = (1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3))     # the hand values above
+    res = evaluate_frozen(root, "enc", cache_dir="/nonexistent", metrics=["ndcg@3"], cache=emb)
+    assert res.by_query("ndcg@3") == pytest.approx({"q1": 0.5, "q2": q2})
+    other = load_embeddings(shared_dir / "data" / "scifact", "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    with pytest.raises(ValueError, match="scifact|corpus|ids"):
+        evaluate_frozen(root, "enc", metrics=["ndcg@3"], cache=other)

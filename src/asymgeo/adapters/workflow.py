@@ -482,8 +482,10 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
         train_ids = adapter_training_queries(ad, ds)
     except ValueError as exc:  # a damaged split record: name the folder it came from
         raise ValueError(f"{Path(adapter_dir) / str(exc)}") from None
+    # one memory map of the corpus for both evaluations (each mapping of a fully read cache
+    # counts its pages again in the process's resident memory)
     res = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
-                          operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen)
+                          operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen, cache=emb)
     notes = []
     trained_on = (ad.metadata_ or {}).get("dataset")
     if trained_on is not None and trained_on != ds.name:
@@ -495,7 +497,7 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
         notes.append(f"scored {n_all - n_ex:,} of the {n_all:,} judged {split} queries: the other {n_ex:,} "
                      f"trained or validated this adapter")
     frozen = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
-                             backend=backend, ties=ties, exclude_queries=seen)
+                             backend=backend, ties=ties, exclude_queries=seen, cache=emb)
     vs = _against_frozen(res, frozen)
     generalisation = None
     if train_ids is None:

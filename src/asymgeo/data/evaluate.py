@@ -52,6 +52,7 @@ def evaluate_frozen(
     backend: str = "auto",
     ties: str = "trec_eval",
     exclude_queries: Collection[str] | None = None,
+    cache: Any = None,
 ) -> EvalResult:
     """NDCG@k and friends of a frozen encoder on one split (full-corpus exact search).
 
@@ -74,6 +75,9 @@ def evaluate_frozen(
         the lower-corpus-row order of :func:`~asymgeo.retrieval.search.exact_search`.
     exclude_queries : query ids left out of the scored set (an adapter's training and
         validation queries, when its adaptation split was carved from this split).
+    cache : an :class:`~asymgeo.data.EmbeddingCache` already open for this dataset and
+        encoder (checked against both), so that several evaluations share one memory map
+        of the corpus instead of mapping (and reading) it once each.
 
     Returns
     -------
@@ -93,7 +97,13 @@ def evaluate_frozen(
     qrels = ds.qrels(split)
     if not qrels:
         raise ValueError(f"{ds.path / 'qrels' / (split + '.tsv')}: split {split!r} has no usable relevance judgements")
-    emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
+    if cache is None:
+        emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
+    else:
+        from .cache import verify_cache
+
+        verify_cache(cache, ds, encoder)
+        emb = cache
     metrics = list(metrics) if metrics is not None else default_metrics(k)
     n_docs = int(emb.corpus.shape[0])
     depth = min(max(parse_metric(m)[1] for m in metrics), n_docs)
