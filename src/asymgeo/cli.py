@@ -116,6 +116,10 @@ def _add_embed(sub):
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--download", action="store_true", help="download the BEIR archive if DATASET is not found")
     p.add_argument("--overwrite", action="store_true", help="re-encode even if a complete cache exists")
+    p.add_argument("--workers", type=int, default=1, help="encoding processes (local) or Ray tasks at a time (default 1: this process); the cache is identical")
+    p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool (default) or Ray tasks (extra asymgeo[ray])")
+    p.add_argument("--address", default=None, help="Ray cluster address, e.g. auto or ray://head:10001 (with --executor ray; default a local cluster)")
+    p.add_argument("--threads-per-worker", type=int, default=None, help="torch threads per worker (default: cores // workers)")
     p.set_defaults(func=_run_embed)
     return p
 
@@ -127,7 +131,8 @@ def _run_embed(args) -> int:
     warn_faults(ds)
     cache = encode_dataset(
         ds, args.encoder, cache_dir=args.cache_dir, device=args.device, batch_size=args.batch_size,
-        chunk_size=args.chunk_size, overwrite=args.overwrite,
+        chunk_size=args.chunk_size, overwrite=args.overwrite, workers=args.workers, executor=args.executor,
+        address=args.address, threads_per_worker=args.threads_per_worker,
     )
     print(f"{cache.path}: corpus {cache.corpus.shape}, queries {cache.queries.shape}, {cache.corpus.dtype}")
     return 0

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from beir_fixtures import doc, query, write_beir
 
+from asymgeo._runtime import available_cpus
 from asymgeo.cli import build_parser, main
 from asymgeo.data import load_embeddings, load_triples, write_embeddings
 from asymgeo.kernels.selection import cars_score
@@ -113,3 +116,93 @@ def test_select_validate_bad_folds_is_one_line(shared_dir, capsys):
     assert main(["select", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "folds" in err[0]
+
+
+@pytest.mark.slow
+def test_embed_on_two_workers_is_byte_identical_to_a_one_process_run(tiny_beir, tmp_path):
+    """`asymgeo embed --workers 2` with the shipped all-MiniLM-L6-v2 on the CPU (1 torch thread per worker)
+    writes the cache a one-process `asymgeo embed` writes (all cores), byte for byte: the reference runs in a
+    fresh process, as a user would run it."""
+    pytest.importorskip("sentence_transformers")
+    common = ["embed", str(tiny_beir), "--chunk-size", "3", "--batch-size", "2", "--device", "cpu"]
+    ref = subprocess.run([sys.executable, "-m", "asymgeo", *common, "--cache-dir", str(tmp_path / "one")],
+                         capture_output=True, text=True, timeout=600)
+    assert ref.returncode == 0, ref.stderr
+    assert main([*common, "--cache-dir", str(tmp_path / "two"), "--workers", "2", "--threads-per-worker", "1"]) == 0
+    one, two = tmp_path / "one" / "tiny" / "all-MiniLM-L6-v2", tmp_path / "two" / "tiny" / "all-MiniLM-L6-v2"
+    for f in ("corpus.npy", "queries.npy", "corpus_ids.txt", "query_ids.txt"):
+        assert (two / f).read_bytes() == (one / f).read_bytes(), f
+    m1, m2 = (json.loads((p / "meta.json").read_text()) for p in (one, two))
+    assert m2["fingerprint"] == m1["fingerprint"]
+    assert m2["encode"] == {"workers": 2, "executor": "local", "threads_per_worker": 1, "mkl_cbwr": "AUTO,STRICT"}
+    assert m2["torch_threads"] == 1 and m1["torch_threads"] == available_cpus() and m1["encode"]["workers"] == 1
+
+
+def test_embed_passes_the_worker_options(tmp_path, monkeypatch, capsys):
+    import asymgeo.data
+
+    seen = {}
+
+    def fake_encode(ds, encoder, **kw):
+        seen.update(kw)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(asymgeo.data, "encode_dataset", fake_encode)
+    write_beir(tmp_path / "data" / "toy", [doc("a")], [query("q")], {"test": [("q", "a", 1)]})
+    argv = ["embed", "toy", "--data-dir", str(tmp_path / "data"), "--workers", "3", "--executor", "ray",
+            "--address", "auto", "--threads-per-worker", "2"]
+    assert main(argv) == 2 and capsys.readouterr().err.strip() == "asymgeo embed: error: stop here"
+    assert {k: seen[k] for k in ("workers", "executor", "address", "threads_per_worker")} == {
+        "workers": 3, "executor": "ray", "address": "auto", "threads_per_worker": 2}
+    assert main(["embed", "toy", "--data-dir", str(tmp_path / "data")]) == 2
+    assert {k: seen[k] for k in ("workers", "executor", "address", "threads_per_worker")} == {
+        "workers": 1, "executor": "local", "address": None, "threads_per_worker": None}
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--workers", "0"], "workers: expected a positive integer"),
+    (["--address", "auto"], "address: only meaningful with executor='ray'"),
+    (["--threads-per-worker", "0"], "threads_per_worker: expected a positive integer"),
+])
+def test_embed_bad_worker_options_are_one_line(tmp_path, capsys, extra, message):
+    write_beir(tmp_path / "data" / "toy", [doc("a")], [query("q")], {"test": [("q", "a", 1)]})
+    code = main(["embed", "toy", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c"), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"asymgeo embed: error: {message}")
+    assert not (tmp_path / "c").exists()
+
+
+def test_embed_without_the_disk_space_is_one_line(tmp_path, monkeypatch, capsys):
+    from collections import namedtuple
+
+    class Fake:
+        dimension = 3  # stated, as SentenceTransformerEncoder does: refused before the progress bar starts
+
+        def encode(self, texts):
+            return np.array([[len(t), 1.0, 0.0] for t in texts])
+
+    monkeypatch.setattr("asymgeo.data.cache.load_encoder", lambda spec, **kw: Fake())
+    monkeypatch.setattr("asymgeo.data.cache.shutil.disk_usage", lambda p: namedtuple("U", "total used free")(1, 1, 7))
+    write_beir(tmp_path / "data" / "toy", [doc("a", "", "xx"), doc("b", "T", "yyy")], [query("q", "z")], {"test": [("q", "a", 1)]})
+    code = main(["embed", "toy", "--encoder", "gte-base", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c")])
+    err = capsys.readouterr().err.strip().splitlines()
+    need = (2 + 1) * 3 * 2 * 2   # 3 rows of 3 float16 columns, as parts and assembled
+    assert code == 2 and err == [f"asymgeo embed: error: {tmp_path / 'c' / 'toy' / 'gte-base'}: the cache needs "
+                                 f"{need} bytes (parts and assembled arrays), 7 bytes free"]
+    assert not (tmp_path / "c").exists()
+
+
+def test_embed_workers_2_by_name_gives_the_one_process_cache(tmp_path):
+    """`--workers 2` with an encoder the workers open by name (the weight-free benchmark encoder) writes the
+    cache of a one-process run, byte for byte."""
+    docs = [doc(f"d{i}", "T" if i % 3 else "", f"word{i} common text {i % 4}") for i in range(11)]
+    write_beir(tmp_path / "data" / "toy", docs, [query(f"q{i}", f"word{i} text") for i in range(6)], {"test": [("q0", "d0", 1)]})
+    common = ["embed", "toy", "--encoder", "synthetic-hash-768", "--data-dir", str(tmp_path / "data"), "--chunk-size", "4"]
+    assert main([*common, "--cache-dir", str(tmp_path / "one")]) == 0
+    assert main([*common, "--cache-dir", str(tmp_path / "two"), "--workers", "2"]) == 0
+    one, two = tmp_path / "one" / "toy" / "synthetic-hash-768", tmp_path / "two" / "toy" / "synthetic-hash-768"
+    for f in ("corpus.npy", "queries.npy", "corpus_ids.txt", "query_ids.txt"):
+        assert (two / f).read_bytes() == (one / f).read_bytes(), f
+    m1, m2 = (json.loads((p / "meta.json").read_text()) for p in (one, two))
+    assert m2["fingerprint"] == m1["fingerprint"] and m2["encode"]["workers"] == 2 and m1["encode"]["workers"] == 1
+    assert m2["encode"]["threads_per_worker"] == max(1, available_cpus() // 2)

@@ -17,14 +17,19 @@ an interrupted run resumes from the chunks already saved.  The caches in
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
-from .._runtime import json_default
+from .._runtime import available_cpus, json_default
 from .._validation import check_int
 from .beir import BeirDataset, load_beir
 from .encoders import (
@@ -375,10 +380,11 @@ def _id_mismatch(path: Path, got: list[str], want: list[str], source: Path, what
 NORM_TOLERANCE = 0.02
 
 
-def validate_embeddings(cache: EmbeddingCache, *, block_rows: int = 65536) -> None:
+def validate_embeddings(cache: EmbeddingCache, *, block_rows: int = 16384) -> None:
     """Check every row of a cache: finite, non-zero, unit norm when ``meta["normalised"]``.
 
-    Read block by block (a memory-mapped corpus is never loaded whole).  The check every
+    Read block by block (a memory-mapped corpus is never loaded whole; at p = 768 a block's
+    float32 temporaries are about 110 MB).  The check every
     command relies on before scoring: a zero or non-finite vector would score as a
     silent constant, and a row of norm 1000 in a normalised cache would dominate every
     ranking it enters.  A row is bad when it has a NaN or inf, when ``||row|| = 0``, or
@@ -619,25 +625,123 @@ def _existing_cache(plan: _EncodePlan, cache_dir: str | os.PathLike | None) -> E
     return load_embeddings(plan.ds, plan.spec, cache_dir=cache_dir)
 
 
+def _build_reusable(plan: _EncodePlan) -> bool:
+    """An earlier build of the same inputs is in the build folder: its chunks count as done."""
+    if not plan.build.is_dir():
+        return False
+    try:
+        old = json.loads((plan.parts_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
+        return False
+    return bool(old == json.loads(json.dumps(plan.manifest())))
+
+
+def _done_chunks(plan: _EncodePlan) -> set[tuple[str, int]]:
+    """The ``(kind, chunk)`` parts an identical earlier run saved intact (none if the build is stale)."""
+    if not _build_reusable(plan):
+        return set()
+    return {(kind, i) for kind, n in plan.kinds() for i in range(plan.n_chunks(n)) if plan.part_ok(kind, i, n)}
+
+
+def _missing_rows(plan: _EncodePlan, done: set[tuple[str, int]]) -> int:
+    rows = sum(n for _kind, n in plan.kinds())
+    return rows - sum(min(plan.chunk_size, n - i * plan.chunk_size)
+                      for kind, n in plan.kinds() for i in range(plan.n_chunks(n)) if (kind, i) in done)
+
+
+def _todo(plan: _EncodePlan, done: set[tuple[str, int]]) -> Iterator[tuple[str, int, list[str]]]:
+    """``(kind, chunk index, texts)`` of every chunk still to encode, queries first, in file order."""
+    for kind, _n in plan.kinds():
+        for i, chunk in enumerate(_chunks(plan.texts(kind), plan.chunk_size)):
+            if (kind, i) not in done:
+                yield kind, i, chunk
+
+
+def _chunk_name(plan: _EncodePlan, kind: str, i: int, n_texts: int) -> str:
+    first = i * plan.chunk_size
+    return f"{plan.part_file(kind, i)} ({kind} rows {first}-{first + n_texts - 1})"
+
+
+def _parts_dimension(plan: _EncodePlan) -> int:
+    return int(np.load(plan.part_file("queries", 0), mmap_mode="r").shape[1])
+
+
 def _prepare_build_dir(plan: _EncodePlan) -> None:
     """Step 3: the build folder beside the cache; chunks of an identical earlier run are kept."""
     mf = plan.parts_dir / "manifest.json"
-    if plan.build.is_dir():
-        try:
-            old = json.loads(mf.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            old = None
-        if old != json.loads(json.dumps(plan.manifest())):
-            shutil.rmtree(plan.build)
+    if plan.build.is_dir() and not _build_reusable(plan):
+        shutil.rmtree(plan.build)
     plan.parts_dir.mkdir(parents=True, exist_ok=True)
+    for tmp in plan.parts_dir.glob(".*.tmp.npy"):  # a part being written when a worker was killed
+        tmp.unlink(missing_ok=True)
     if not mf.is_file():
         _atomic_write_bytes(mf, json.dumps(plan.manifest(), indent=2).encode("utf-8"))
 
 
+# --------------------------------------------------------------------------- disk space
+def _format_bytes(n: int) -> str:
+    """``9.2 GB``, ``3.1 MB``, ``4.0 kB`` or ``288 bytes`` (powers of 1000)."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for f in folder.rglob("*"):
+        try:
+            total += f.stat().st_size if f.is_file() else 0
+        except OSError:
+            pass
+    return total
+
+
+def _check_disk_space(plan: _EncodePlan, dim: int, missing_rows: int) -> int:
+    """Refuse a build the disk cannot hold, before its first part is written; return the bytes needed.
+
+    The build needs the parts still missing plus both assembled arrays (float16, ``dim``
+    columns): ``(rows of the dataset + rows still to encode) * dim * 2`` bytes, against the
+    free space of the build folder's file system (plus a stale build, which is removed).
+    The old cache, if any, stays in place until the new one is complete, so it counts as used.
+    """
+    need = (sum(n for _kind, n in plan.kinds()) + missing_rows) * int(dim) * 2
+    where = next((p for p in (plan.build, *plan.build.parents) if p.is_dir()), Path.cwd())
+    free = int(shutil.disk_usage(where).free)
+    if plan.build.is_dir() and not _build_reusable(plan):
+        free += _folder_bytes(plan.build)
+    if need > free:
+        raise ValueError(f"{plan.path}: the cache needs {_format_bytes(need)} (parts and assembled arrays), "
+                         f"{_format_bytes(free)} free")
+    return need
+
+
+def _start_build(plan: _EncodePlan, dim: int, missing_rows: int) -> None:
+    """Check the disk space, then prepare the build folder (the first write of a build)."""
+    _check_disk_space(plan, dim, missing_rows)
+    _prepare_build_dir(plan)
+
+
+# --------------------------------------------------------------------------- one chunk
+def _declared_dimension(encoder_obj: Any) -> int | None:
+    """The dimension an encoder states without encoding: ``_dimension()``, else a ``dimension`` attribute."""
+    getter = getattr(encoder_obj, "_dimension", None)
+    value = getter() if callable(getter) else getattr(encoder_obj, "dimension", None)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+        return int(value)
+    return None
+
+
 def _encode_batches(encoder_obj: Any, chunk: list[str], bar: Any) -> np.ndarray:
-    """Encode one chunk batch by batch (the encoder's ``batch_size``), moving the bar per batch."""
+    """Encode one chunk batch by batch (the encoder's ``batch_size``), moving the bar per batch.
+
+    The batches do not depend on the bar or on where the chunk is encoded (this process, a
+    worker process, a Ray task): sentence-transformers pads each call's texts to a common
+    length, and a different grouping changes float32 results in the last bit (about one
+    float16 row in eight on SciFact), so the same grouping everywhere keeps caches identical.
+    """
     size = int(getattr(encoder_obj, "batch_size", 0) or len(chunk)) or 1
-    if bar is None or size >= len(chunk):
+    if size >= len(chunk):
         E = np.asarray(encoder_obj.encode(chunk))
         if bar is not None:
             bar.update(len(chunk))
@@ -645,51 +749,562 @@ def _encode_batches(encoder_obj: Any, chunk: list[str], bar: Any) -> np.ndarray:
     parts = []
     for j in range(0, len(chunk), size):
         parts.append(np.asarray(encoder_obj.encode(chunk[j:j + size])))
-        bar.update(len(chunk[j:j + size]))
+        if bar is not None:
+            bar.update(len(chunk[j:j + size]))
     bad = next((p for p in parts if p.ndim != 2), None)
     return bad if bad is not None else np.concatenate(parts, axis=0)  # a bad shape is reported by the caller
 
 
-def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, progress: bool) -> dict[str, float]:
-    """Step 4: encode every missing chunk into a part file; return seconds per kind."""
-    spec = plan.spec
-    done_rows = sum(
-        min(plan.chunk_size, n - i * plan.chunk_size)
-        for kind, n in plan.kinds() for i in range(plan.n_chunks(n)) if plan.part_ok(kind, i, n)
-    )
-    total = sum(n for _k, n in plan.kinds())
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+def _checked_part(E: np.ndarray, spec: EncoderSpec, kind: str, i: int, chunk_size: int, n_texts: int,
+                  dim: int | None, declared: bool) -> np.ndarray:
+    """One chunk's embeddings checked (shape, dimension, finite), normalised per the spec, as float16.
 
-        bar = tqdm(total=total, initial=done_rows, unit="text", desc=f"embed {plan.ds.name} / {spec.name}",
-                   file=sys.stderr)
-    timings: dict[str, float] = {}
-    dim: int | None = None
+    ``dim`` is the dimension every chunk must have (``declared``: stated by the encoder,
+    else found in an earlier chunk); ``None`` before the first chunk of an undeclared encoder.
+    """
+    if E.ndim != 2 or E.shape[0] != n_texts:
+        raise ValueError(f"encoder {spec.name!r}: returned shape {E.shape} for {n_texts} texts")
+    if dim is not None and E.shape[1] != dim:
+        if declared:
+            raise ValueError(f"encoder {spec.name!r}: returned {E.shape[1]} columns but declares dimension {dim}")
+        raise ValueError(f"encoder {spec.name!r}: dimension changed from {dim} to {E.shape[1]}")
+    if not np.isfinite(E).all():
+        bad = int(np.flatnonzero(~np.isfinite(E).all(axis=1))[0])
+        row = i * chunk_size + bad
+        raise ValueError(f"encoder {spec.name!r}: non-finite embedding for {kind} row {row}")
+    if spec.normalize:
+        E = l2_normalize(E)
+    return E.astype(np.float16)
+
+
+def _progress_bar(plan: _EncodePlan, done: set[tuple[str, int]], progress: bool) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    total = sum(n for _k, n in plan.kinds())
+    return tqdm(total=total, initial=total - _missing_rows(plan, done), unit="text",
+                desc=f"embed {plan.ds.name} / {plan.spec.name}", file=sys.stderr)
+
+
+# --------------------------------------------------------------------------- in this process
+#: MKL's conditional numerical reproducibility for encoding on the CPU: ``STRICT`` makes its
+#: matrix products independent of the thread count.  Without it, torch's CPU linear layers give
+#: last-bit differences between 1 and 2 threads for products of 5-7 or 9-11 rows (measured, torch
+#: 2.13 / MKL 2024.2), i.e. a batch of one short text, enough to change float16 rows.
+MKL_CBWR_MODE = "AUTO,STRICT"
+
+
+def _reproducible_cpu_math() -> str:
+    """Ask MKL for thread-count-independent results (``MKL_CBWR``, unless the user set it); return the mode.
+
+    MKL reads the variable at its first computation in a process: worker processes
+    (started afresh) always get it, and so does this process unless it ran MKL math before.
+    """
+    return os.environ.setdefault("MKL_CBWR", MKL_CBWR_MODE)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Set torch's intra-op threads to ``threads`` for the block (no-op for ``None`` or without torch)."""
+    torch = sys.modules.get("torch")
+    if threads is None or torch is None:
+        yield
+        return
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
     try:
-        for kind, n in plan.kinds():
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _encode_chunks(plan: _EncodePlan, encoder_obj: Any, done: set[tuple[str, int]], progress: bool) -> dict[str, float]:
+    """Step 4: encode every missing chunk into a part file, here; return seconds per kind.
+
+    The disk space is checked before the first part is written: at once when the encoder
+    declares its dimension, else after the first chunk is encoded (in memory).
+    """
+    missing_rows = _missing_rows(plan, done)
+    dim = _declared_dimension(encoder_obj)
+    declared = dim is not None
+    started = dim is not None or missing_rows == 0
+    if started:
+        _start_build(plan, dim if dim is not None else _parts_dimension(plan), missing_rows)
+    bar = _progress_bar(plan, done, progress)
+    timings: dict[str, float] = {}
+    try:
+        for kind, _n in plan.kinds():
             t0 = time.perf_counter()
             for i, chunk in enumerate(_chunks(plan.texts(kind), plan.chunk_size)):
-                if plan.part_ok(kind, i, n):
+                if (kind, i) in done:
                     continue
-                E = _encode_batches(encoder_obj, chunk, bar)
-                if E.ndim != 2 or E.shape[0] != len(chunk):
-                    raise ValueError(f"encoder {spec.name!r}: returned shape {E.shape} for {len(chunk)} texts")
-                if dim is not None and E.shape[1] != dim:
-                    raise ValueError(f"encoder {spec.name!r}: dimension changed from {dim} to {E.shape[1]}")
-                if not np.isfinite(E).all():
-                    bad = int(np.flatnonzero(~np.isfinite(E).all(axis=1))[0])
-                    row = i * plan.chunk_size + bad
-                    raise ValueError(f"encoder {spec.name!r}: non-finite embedding for {kind} row {row}")
-                dim = E.shape[1]
-                if spec.normalize:
-                    E = l2_normalize(E)
-                _atomic_save_npy(plan.part_file(kind, i), E.astype(np.float16))
+                E = _checked_part(_encode_batches(encoder_obj, chunk, bar), plan.spec, kind, i, plan.chunk_size,
+                                  len(chunk), dim, declared)
+                dim, declared = int(E.shape[1]), False
+                if not started:
+                    _start_build(plan, dim, missing_rows)
+                    started = True
+                _atomic_save_npy(plan.part_file(kind, i), E)
             timings[kind] = round(time.perf_counter() - t0, 2)
     finally:
         if bar is not None:
             bar.close()
     return timings
+
+
+# --------------------------------------------------------------------------- on workers
+EXECUTORS = ("local", "ray")
+#: fresh process pools started in one run after a worker process died (then the run stops);
+#: also Ray's ``max_retries`` of a chunk's task
+MAX_WORKER_RESTARTS = 2
+
+
+@dataclass(frozen=True)
+class _WorkerPlan:
+    """Where the chunks are encoded: ``workers`` processes or Ray tasks, ``threads`` torch threads each."""
+
+    workers: int
+    executor: str
+    address: str | None
+    threads: int | None  # None: the encoder's own default (one process, threads_per_worker not given)
+
+    @property
+    def in_process(self) -> bool:
+        return self.executor == "local" and self.workers == 1
+
+    def record(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``meta.json["encode"]``: how this cache was encoded (not part of its fingerprint)."""
+        out: dict[str, Any] = {"workers": self.workers, "executor": self.executor,
+                               "threads_per_worker": self.threads if self.threads is not None
+                               else info.get("torch_threads")}
+        if self.executor == "ray":
+            out["address"] = self.address
+        return out
+
+
+def _check_worker_args(workers: Any, executor: Any, address: Any, threads_per_worker: Any) -> _WorkerPlan:
+    """Validate ``workers``, ``executor``, ``address`` and ``threads_per_worker`` (before anything else)."""
+    workers = check_int(workers, "workers", note=" (encoding processes or Ray tasks at a time)")
+    if not isinstance(executor, str) or executor not in EXECUTORS:
+        raise ValueError(f"executor: expected one of {', '.join(map(repr, EXECUTORS))}, got {executor!r}")
+    if address is not None:
+        if executor != "ray":
+            raise ValueError(f"address: only meaningful with executor='ray' (got address={address!r} "
+                             f"with executor={executor!r})")
+        if not isinstance(address, str) or not address.strip():
+            raise ValueError(f"address: expected a Ray cluster address such as 'auto' or 'ray://head:10001', "
+                             f"got {address!r}")
+    threads = None if threads_per_worker is None else check_int(threads_per_worker, "threads_per_worker")
+    if threads is None and not (executor == "local" and workers == 1):
+        threads = max(1, available_cpus() // workers)
+    return _WorkerPlan(workers, executor, address, threads)
+
+
+def _worker_payload(plan: _EncodePlan, model: Any, device: str | None, batch_size: int, workers: int) -> bytes:
+    """What every worker needs to open its encoder: the spec, device and batch size, or the pickled ``model``."""
+    try:
+        return pickle.dumps({"spec": plan.spec, "model": model, "device": device, "batch_size": batch_size},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - PicklingError, TypeError, AttributeError: all mean the same here
+        raise ValueError(
+            f"model: the {type(model).__name__} object cannot be pickled ({exc}), so it cannot be sent to "
+            f"{workers} workers; use workers=1, an encoder class defined at module level, or no model "
+            "(each worker then loads the encoder by name)") from None
+
+
+def _worker_devices(model: Any, device: str | None) -> list[str | None]:
+    """Devices of the workers, worker ``w`` taking entry ``w % len``: every CUDA device when the
+    user named none and CUDA is there, else the one device (``None`` with a ``model`` object)."""
+    if model is not None:
+        return [device]
+    resolved = check_device(device)
+    if device is None and resolved == "cuda":
+        import torch
+
+        return [f"cuda:{k}" for k in range(torch.cuda.device_count())] or ["cuda"]
+    return [resolved]
+
+
+def _encoder_info(encoder_obj: Any) -> dict[str, Any]:
+    return dict(encoder_obj.info()) if hasattr(encoder_obj, "info") else {}
+
+
+def _set_threads(threads: int) -> Any:
+    """Limit torch (if loaded) and the BLAS/OpenMP pools of this worker process to ``threads``."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    from .._runtime import limit_blas_threads
+
+    return limit_blas_threads(threads, user_api=None)  # applied on creation; kept by the caller
+
+
+def _open_worker_encoder(payload: bytes, threads: int, device: str | None) -> tuple[Any, EncoderSpec]:
+    """In a worker: unpickle the payload and open the encoder (the ``model`` object, or ``load_encoder``)."""
+    cfg = pickle.loads(payload)
+    encoder_obj = cfg["model"]
+    if encoder_obj is None:
+        encoder_obj = load_encoder(cfg["spec"], device=device, batch_size=cfg["batch_size"])
+    return encoder_obj, cfg["spec"]
+
+
+#: the encoder of this worker process (process pool), or the error that opening it raised
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(payload: bytes, threads: int, devices: list[str | None], counter: Any) -> None:
+    """Process-pool initializer: open this worker's encoder once, on device ``devices[w % len]``.
+
+    Ctrl-C is left to the parent.  An error opening the encoder is kept and raised by the
+    worker's first task, so the parent reports it with its message.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _reproducible_cpu_math()
+    with counter.get_lock():
+        index = int(counter.value)
+        counter.value += 1
+    _WORKER.clear()
+    device = devices[index % len(devices)]
+    try:
+        _WORKER["encoder"], _WORKER["spec"] = _open_worker_encoder(payload, threads, device)
+        _WORKER["limits"] = _set_threads(threads)  # after loading: the encoder sets torch's threads itself
+        _WORKER["device"] = device
+    except Exception as exc:  # noqa: BLE001 - raised again by every task of this worker
+        _WORKER["error"] = exc
+
+
+def _worker_encoder() -> tuple[Any, EncoderSpec]:
+    if "error" in _WORKER:
+        raise _WORKER["error"]
+    return _WORKER["encoder"], _WORKER["spec"]
+
+
+def _worker_info() -> dict[str, Any]:
+    """Task: the worker encoder's ``info()`` and declared dimension."""
+    encoder_obj, _spec = _worker_encoder()
+    return {"info": _encoder_info(encoder_obj), "dimension": _declared_dimension(encoder_obj)}
+
+
+def _worker_encode(kind: str, i: int, texts: list[str], part: str | None, chunk_size: int, dim: int | None,
+                   declared: bool) -> Any:
+    """Task: encode one chunk as :func:`_encode_chunks` does and save it to ``part`` (atomically);
+    return its dimension, or the float16 array itself when ``part`` is ``None``."""
+    encoder_obj, spec = _worker_encoder()
+    E = _checked_part(_encode_batches(encoder_obj, texts, None), spec, kind, i, chunk_size, len(texts), dim, declared)
+    if part is None:
+        return E
+    _atomic_save_npy(Path(part), E)
+    return int(E.shape[1])
+
+
+class _WorkerPool:
+    """A spawn-context process pool of encoding workers, started afresh when a worker process dies."""
+
+    def __init__(self, workers: int, payload: bytes, threads: int, devices: list[str | None]):
+        self.workers = workers
+        self.restarts = 0
+        self._initargs = (payload, threads, devices)
+        self.pool = self._start()
+
+    def _start(self) -> cf.ProcessPoolExecutor:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        return cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=_worker_init,
+                                      initargs=(*self._initargs, ctx.Value("i", 0)))
+
+    def restart(self, failed: str) -> None:
+        """A worker died: a fresh pool, or (after :data:`MAX_WORKER_RESTARTS`) a one-line error naming ``failed``."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.restarts += 1
+        if self.restarts > MAX_WORKER_RESTARTS:
+            raise RuntimeError(
+                f"{failed}: a worker process died while encoding it, the pool was restarted "
+                f"{MAX_WORKER_RESTARTS} times and a worker died again (killed, out of memory or a crash in the "
+                "encoder); the chunks saved so far are kept, rerun to resume (fewer workers or a smaller batch "
+                "size need less memory)")
+        self.pool = self._start()
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any, copies: int = 1) -> Any:
+        """Run a task (``copies`` times at once) and return its first result, redone on a fresh pool
+        if a worker dies.  The pool starts a process per task submitted while none is idle, so
+        ``copies=workers`` starts (and loads) every worker together."""
+        while True:
+            try:
+                futures = [self.pool.submit(fn, *args) for _ in range(copies)]
+                return [f.result() for f in futures][0]
+            except BrokenProcessPool:
+                self.restart(what)
+
+    def close(self, ok: bool) -> None:
+        """Shut the pool down; after an error or Ctrl-C, end the workers first (their parts are atomic)."""
+        if not ok:
+            for proc in list((getattr(self.pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    proc.terminate()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _pool_chunks(plan: _EncodePlan, pool: _WorkerPool, done: set[tuple[str, int]], dim: int, declared: bool,
+                 bar: Any, started: dict[str, float], finished: dict[str, float]) -> dict[str, float]:
+    """Encode every chunk not in ``done`` on the pool, at most ``2 * workers`` in flight; return seconds per kind.
+
+    When a worker dies, every unfinished chunk is redone on a fresh pool; a chunk whose part
+    was saved before the crash is kept.
+    """
+    sizes = dict(plan.kinds())
+    source = _todo(plan, done)
+    redo: list[tuple[str, int, list[str]]] = []
+    in_flight: dict[cf.Future, tuple[str, int, list[str]]] = {}
+    while True:
+        broken = False
+        while len(in_flight) < 2 * pool.workers and not broken:
+            item = redo.pop(0) if redo else next(source, None)
+            if item is None:
+                break
+            kind, i, texts = item
+            if plan.part_ok(kind, i, sizes[kind]):  # saved by a worker before the pool broke
+                _chunk_finished(bar, finished, kind, len(texts))
+                continue
+            try:
+                fut = pool.pool.submit(_worker_encode, kind, i, texts, str(plan.part_file(kind, i)), plan.chunk_size,
+                                       dim, declared)
+            except BrokenProcessPool:
+                redo.insert(0, item)
+                broken = True
+                break
+            started.setdefault(kind, time.perf_counter())
+            in_flight[fut] = item
+        if not in_flight and not broken:
+            break
+        if not broken:
+            for fut in cf.wait(in_flight, return_when=cf.FIRST_COMPLETED).done:
+                item = in_flight.pop(fut)
+                if isinstance(fut.exception(), BrokenProcessPool):
+                    redo.append(item)
+                    broken = True
+                    continue
+                fut.result()  # an encoder error: raised with its message
+                _chunk_finished(bar, finished, item[0], len(item[2]))
+        if broken:
+            redo = _unfinished(plan, [*redo, *in_flight.values()], bar, finished)
+            in_flight.clear()
+            failed = "a chunk" if not redo else _chunk_name(plan, redo[0][0], redo[0][1], len(redo[0][2]))
+            if len(redo) > 1:
+                failed += f" (or one of the {len(redo) - 1} other chunk{'s' if len(redo) > 2 else ''} in flight)"
+            pool.restart(failed)
+    return {kind: round(finished.get(kind, t0) - t0, 2) if (t0 := started.get(kind)) else 0.0 for kind in sizes}
+
+
+def _unfinished(plan: _EncodePlan, items: list[tuple[str, int, list[str]]], bar: Any,
+                finished: dict[str, float]) -> list[tuple[str, int, list[str]]]:
+    """The chunks of ``items`` without a saved part, in file order (those saved count as finished)."""
+    sizes = dict(plan.kinds())
+    order = {kind: k for k, (kind, _n) in enumerate(plan.kinds())}
+    out = []
+    for kind, i, texts in sorted(items, key=lambda it: (order[it[0]], it[1])):
+        if plan.part_ok(kind, i, sizes[kind]):
+            _chunk_finished(bar, finished, kind, len(texts))
+        else:
+            out.append((kind, i, texts))
+    return out
+
+
+def _chunk_finished(bar: Any, finished: dict[str, float], kind: str, rows: int) -> None:
+    finished[kind] = time.perf_counter()
+    if bar is not None:
+        bar.update(rows)
+
+
+def _encode_on_pool(plan: _EncodePlan, wk: _WorkerPlan, model: Any, device: str | None, batch_size: int,
+                    done: set[tuple[str, int]], progress: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """Step 4 on ``wk.workers`` local processes; return (seconds per kind, the encoder's info)."""
+    payload = _worker_payload(plan, model, device, batch_size, wk.workers)
+    devices = _worker_devices(model, device)
+    assert wk.threads is not None
+    missing_rows = _missing_rows(plan, done)
+    pool = _WorkerPool(wk.workers, payload, wk.threads, devices)
+    ok, bar = False, None
+    started: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    try:
+        if model is None:
+            got = pool.call(f"encoder {plan.spec.name!r} (opening it)", _worker_info, copies=wk.workers)
+            info, dim = got["info"], got["dimension"]
+        else:
+            info, dim = _encoder_info(model), _declared_dimension(model)
+        declared = dim is not None
+        first = None
+        if dim is None and missing_rows:  # an encoder that does not state its dimension: one chunk first
+            kind, i, texts = first = next(_todo(plan, done))
+            started[kind] = time.perf_counter()
+            E = pool.call(_chunk_name(plan, kind, i, len(texts)), _worker_encode, kind, i, texts, None,
+                          plan.chunk_size, None, False)
+            dim = int(E.shape[1])
+        elif dim is None:  # nothing left to encode
+            dim = _parts_dimension(plan)
+        _start_build(plan, dim, missing_rows)
+        bar = _progress_bar(plan, done, progress)
+        if first is not None:
+            _atomic_save_npy(plan.part_file(first[0], first[1]), E)
+            done = done | {(first[0], first[1])}
+            _chunk_finished(bar, finished, first[0], len(first[2]))
+        timings = _pool_chunks(plan, pool, done, dim, declared, bar, started, finished)
+        ok = True
+    finally:
+        if bar is not None:
+            bar.close()
+        pool.close(ok)
+    return timings, info
+
+
+# --------------------------------------------------------------------------- on Ray
+def _ray_module() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("executor='ray' needs the optional dependency ray: pip install 'asymgeo[ray]'") from exc
+    return ray
+
+
+#: encoders opened by Ray tasks in this worker process, by run token (a worker runs many tasks)
+_RAY_ENCODERS: dict[str, tuple[Any, EncoderSpec]] = {}
+
+
+def _ray_encoder(payload: bytes, threads: int, device: str | None, token: str) -> tuple[Any, EncoderSpec]:
+    if token not in _RAY_ENCODERS:
+        _reproducible_cpu_math()
+        _RAY_ENCODERS.clear()  # one run's encoder at a time
+        _RAY_ENCODERS[token] = _open_worker_encoder(payload, threads, device)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    return _RAY_ENCODERS[token]
+
+
+def _ray_info(payload: bytes, threads: int, device: str | None, token: str) -> dict[str, Any]:
+    """Ray task: the encoder's ``info()`` and declared dimension."""
+    encoder_obj, _spec = _ray_encoder(payload, threads, device, token)
+    return {"info": _encoder_info(encoder_obj), "dimension": _declared_dimension(encoder_obj)}
+
+
+def _ray_encode(payload: bytes, threads: int, device: str | None, token: str, kind: str, i: int, texts: list[str],
+                chunk_size: int, dim: int | None, declared: bool) -> np.ndarray:
+    """Ray task: one chunk encoded and checked as :func:`_encode_chunks` does; the float16 array
+    comes back and the driver saves it (no shared file system needed)."""
+    encoder_obj, spec = _ray_encoder(payload, threads, device, token)
+    return _checked_part(_encode_batches(encoder_obj, texts, None), spec, kind, i, chunk_size, len(texts), dim,
+                         declared)
+
+
+def _ray_get(ray: Any, ref: Any, what: str) -> Any:
+    """``ray.get`` with the task's own exception (its message) and a one-line error for a dead worker."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, Exception):
+            raise cause from None
+        raise
+    except ray.exceptions.RayError as exc:
+        raise RuntimeError(f"{what}: the Ray task failed {MAX_WORKER_RESTARTS + 1} times "
+                           f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); the chunks "
+                           "saved so far are kept, rerun to resume") from None
+
+
+def _ray_init(ray: Any, wk: _WorkerPlan) -> bool:
+    """Connect to ``wk.address`` (or start a local cluster of ``wk.workers`` CPUs) unless Ray is
+    initialised already; return whether this call started it."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if wk.address:
+        ray.init(address=wk.address, **kwargs)
+    else:
+        ray.init(num_cpus=wk.workers, **kwargs)
+    return True
+
+
+def _ray_options(ray: Any, wk: _WorkerPlan, model: Any, device: str | None) -> dict[str, Any]:
+    """Resources of one task: a CPU, and a share of the cluster's GPUs when the encoder is opened by name
+    without a ``device`` (Ray then shows each task its GPU as ``cuda``)."""
+    opts: dict[str, Any] = {"num_cpus": 1, "max_retries": MAX_WORKER_RESTARTS}
+    gpus = float(ray.cluster_resources().get("GPU", 0)) if model is None and device is None else 0.0
+    if gpus > 0:
+        opts["num_gpus"] = min(1.0, gpus / wk.workers)
+    return opts
+
+
+def _encode_on_ray(plan: _EncodePlan, wk: _WorkerPlan, model: Any, device: str | None, batch_size: int,
+                   done: set[tuple[str, int]], progress: bool) -> tuple[dict[str, float], dict[str, Any]]:
+    """Step 4 as one Ray task per missing chunk, at most ``2 * workers`` in flight; the driver saves the parts."""
+    ray = _ray_module()
+    payload = _worker_payload(plan, model, device, batch_size, wk.workers)
+    if model is None:
+        check_device(device)
+    started_here = _ray_init(ray, wk)
+    try:
+        opts = _ray_options(ray, wk, model, device)
+        args = (ray.put(payload), wk.threads, device, uuid.uuid4().hex)
+        if model is None:
+            got = _ray_get(ray, ray.remote(**opts)(_ray_info).remote(*args), f"encoder {plan.spec.name!r} (opening it)")
+            info, dim = got["info"], got["dimension"]
+        else:
+            info, dim = _encoder_info(model), _declared_dimension(model)
+        timings = _ray_chunks(ray, plan, wk, ray.remote(**opts)(_ray_encode), args, done, dim, progress)
+    finally:
+        if started_here:
+            ray.shutdown()
+    return timings, info
+
+
+def _ray_chunks(ray: Any, plan: _EncodePlan, wk: _WorkerPlan, task: Any, args: tuple, done: set[tuple[str, int]],
+                dim: int | None, progress: bool) -> dict[str, float]:
+    """Submit the missing chunks as ``task`` (at most ``2 * workers`` in flight), save each result as it
+    comes; the disk space is checked before the first save.  Return seconds per kind."""
+    declared = dim is not None
+    missing_rows = _missing_rows(plan, done)
+    if dim is None and not missing_rows:
+        dim = _parts_dimension(plan)
+    building = dim is not None
+    if dim is not None:
+        _start_build(plan, dim, missing_rows)
+    bar = _progress_bar(plan, done, progress)
+    source = _todo(plan, done)
+    in_flight: dict[Any, tuple[str, int, list[str]]] = {}
+    started: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    try:
+        while True:
+            while len(in_flight) < 2 * wk.workers and (item := next(source, None)) is not None:
+                started.setdefault(item[0], time.perf_counter())
+                in_flight[task.remote(*args, item[0], item[1], item[2], plan.chunk_size, dim, declared)] = item
+            if not in_flight:
+                break
+            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
+            kind, i, texts = in_flight.pop(ref)
+            E = _ray_get(ray, ref, _chunk_name(plan, kind, i, len(texts)))
+            if dim is not None and E.shape[1] != dim:  # a task submitted before the dimension was known
+                raise ValueError(f"encoder {plan.spec.name!r}: dimension changed from {dim} to {E.shape[1]}")
+            if not building:
+                dim = int(E.shape[1])
+                _start_build(plan, dim, missing_rows)
+                building = True
+            _atomic_save_npy(plan.part_file(kind, i), E)
+            _chunk_finished(bar, finished, kind, len(texts))
+    except BaseException:
+        for ref in in_flight:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return {kind: round(finished.get(kind, t0) - t0, 2) if (t0 := started.get(kind)) else 0.0
+            for kind, _n in plan.kinds()}
 
 
 def _assemble_cache(plan: _EncodePlan) -> int:
@@ -710,11 +1325,14 @@ def _assemble_cache(plan: _EncodePlan) -> int:
 
 
 def _cache_meta(
-    plan: _EncodePlan, dim: int, encoder_obj: Any, timings: dict[str, float], command: str | None
+    plan: _EncodePlan, dim: int, info: dict[str, Any], timings: dict[str, float], command: str | None
 ) -> dict[str, Any]:
-    """Step 6: ``meta.json``: model, versions, conventions, shapes, fingerprint, command."""
+    """Step 6: ``meta.json``: model, versions, conventions, shapes, fingerprint, command.
+
+    ``info`` is the encoder's ``info()`` (versions, device, ...), merged in last.
+    """
     spec, ds = plan.spec, plan.ds
-    info: dict[str, Any] = dict(encoder_obj.info()) if hasattr(encoder_obj, "info") else {}
+    info = dict(info)
     meta: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "model_name": spec.model,
@@ -759,6 +1377,10 @@ def encode_dataset(
     overwrite: bool = False,
     progress: bool = True,
     command: str | None = None,
+    workers: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    threads_per_worker: int | None = None,
 ) -> EmbeddingCache:
     """Encode a dataset's queries and corpus into the cache, resuming an interrupted run.
 
@@ -766,44 +1388,89 @@ def encode_dataset(
     query prefix, ``document_prefix + title + " " + text`` for documents, truncation at
     ``max_tokens``; embeddings are L2-normalised and stored as float16.
 
-    Steps: (1) check every input before touching the disk: the dataset parses
-    completely, the cache path is made of folders, the device exists and the encoder
-    loads; (2) a complete cache already there is verified against the dataset and
-    returned (a stale one raises, saying to pass ``overwrite``); (3) the new cache is
-    built in ``<encoder>.partial/`` beside the cache folder, in chunks of ``chunk_size``
-    rows, so a rerun after an interruption re-encodes only the missing chunks (a
-    changed dataset, encoder or chunk size starts afresh); (4) the complete folder is
-    verified and only then replaces the old cache (two renames).  A failing run never
-    damages an existing cache.
+    Steps: (1) check every input before touching the disk: the arguments, the dataset
+    parses completely, the cache path is made of folders, the device exists and the
+    encoder loads; (2) a complete cache already there is verified against the dataset and
+    returned (a stale one raises, saying to pass ``overwrite``); (3) the disk must hold
+    the parts still missing and both assembled arrays (else a one-line ``ValueError``
+    naming both sizes, before anything is written); (4) the new cache is built in
+    ``<encoder>.partial/`` beside the cache folder, in chunks of ``chunk_size`` rows, so a
+    rerun after an interruption re-encodes only the missing chunks (a changed dataset,
+    encoder or chunk size starts afresh); (5) the complete folder is verified and only
+    then replaces the old cache (two renames).  A failing run never damages an existing
+    cache.
+
+    With ``workers > 1`` (or ``executor="ray"``) the chunks are encoded in parallel and
+    the cache is byte-identical to a one-process run's: every chunk is split into the same
+    batches and checked and normalised by the same code, wherever it runs, and on the CPU
+    MKL is asked for results independent of the thread count (``MKL_CBWR=AUTO,STRICT``
+    unless set, :data:`MKL_CBWR_MODE`; it takes effect in a process that has not run MKL
+    math before the call, as the CLI and every worker).  ``"local"``
+    starts ``workers`` processes (``spawn``), each opening its own encoder (on
+    ``cuda:{w % n_gpus}`` when CUDA is there and ``device`` is not given) and saving its
+    chunks' parts; at most ``2 * workers`` chunks are in flight.  If a worker process dies,
+    a fresh pool redoes every unfinished chunk (parts already saved are kept), at most
+    :data:`MAX_WORKER_RESTARTS` times.  ``"ray"`` runs one task per chunk on the cluster
+    at ``address`` (or the Ray already initialised, or a local one of ``workers`` CPUs,
+    shut down afterwards); tasks return their arrays and this process saves them; a task
+    whose worker dies is retried (``max_retries``).  Worker processes are started with
+    ``spawn``, which re-imports the calling script: call this under
+    ``if __name__ == "__main__":`` there (the CLI and notebooks need nothing).
 
     Parameters
     ----------
     dataset : name, BEIR folder or :class:`~asymgeo.data.BeirDataset`.
     encoder : registry name or model id/path (see :func:`~asymgeo.data.get_encoder`).
     model : any object with ``encode(texts) -> (n, p) array``; default the
-        sentence-transformers model of ``encoder`` opened offline on ``device``.
+        sentence-transformers model of ``encoder`` opened offline on ``device``.  With
+        several workers it must be picklable (each worker gets a copy); with none, each
+        worker opens the encoder by name.
     overwrite : re-encode even when a complete cache exists (it stays in place until
         the new one is complete).
     command : recorded in ``meta.json`` (default: this process's command line).
+    workers : processes (``"local"``) or Ray tasks at a time; 1 encodes in this process.
+    executor : ``"local"`` or ``"ray"`` (the extra ``asymgeo[ray]``).
+    address : Ray cluster address (``"auto"``, ``"ray://head:10001"``); only with ``"ray"``.
+    threads_per_worker : torch threads of each worker; default ``available_cpus() // workers``
+        (at least 1), or the encoder's default in a one-process run.
 
     Returns
     -------
     EmbeddingCache
-        The finished cache, memory-mapped.
+        The finished cache, memory-mapped.  ``meta.json["encode"]`` records ``workers``,
+        ``executor`` and ``threads_per_worker`` (not part of the fingerprint).
+
+    Raises
+    ------
+    ValueError
+        Bad arguments, a ``model`` that cannot be pickled for the workers, too little
+        disk space, an encoder returning a wrong shape or non-finite values.
+    RuntimeError
+        Worker processes kept dying (the error names the chunk); rerun to resume.
     """
+    wk = _check_worker_args(workers, executor, address, threads_per_worker)
     plan = _check_encode_inputs(dataset, encoder, data_dir, cache_dir, chunk_size, batch_size)
     if not overwrite:
         existing = _existing_cache(plan, cache_dir)
         if existing is not None:
             return existing
-    encoder_obj: Any = model
-    if encoder_obj is None:
-        check_device(device)
-        encoder_obj = load_encoder(plan.spec, device=device, batch_size=batch_size)
-    _prepare_build_dir(plan)
-    timings = _encode_chunks(plan, encoder_obj, progress)
+    done = _done_chunks(plan)
+    mkl_mode = _reproducible_cpu_math()  # before the encoder loads here, and inherited by worker processes
+    if wk.in_process:
+        encoder_obj: Any = model
+        if encoder_obj is None:
+            check_device(device)
+            encoder_obj = load_encoder(plan.spec, device=device, batch_size=batch_size)
+        with _torch_threads(wk.threads):
+            timings = _encode_chunks(plan, encoder_obj, done, progress)
+            info = _encoder_info(encoder_obj)
+    else:
+        run_on = _encode_on_ray if wk.executor == "ray" else _encode_on_pool
+        timings, info = run_on(plan, wk, model, device, batch_size, done, progress)
     dim = _assemble_cache(plan)
-    _write_meta(plan.build, _cache_meta(plan, dim, encoder_obj, timings, command))
+    meta = _cache_meta(plan, dim, info, timings, command)
+    meta["encode"] = {**wk.record(info), "mkl_cbwr": mkl_mode}
+    _write_meta(plan.build, meta)
     built = _open_folder(plan.build, mmap=True)
     verify_cache(built, plan.ds, plan.spec)
     validate_embeddings(built)
