@@ -8,6 +8,9 @@ sees a bare traceback from deep inside numpy.
 from __future__ import annotations
 
 import numbers
+import os
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,8 @@ __all__ = [
     "check_seed",
     "check_positive",
     "check_triples_informative",
+    "finite_checked",
+    "mark_finite",
 ]
 
 
@@ -189,3 +194,61 @@ def check_triples_informative(X: np.ndarray, D: np.ndarray) -> None:
         raise ValueError(
             "Y_pos, Y_neg: zero variance in Y_pos - Y_neg, the positive equals the negative in every triple"
         )
+
+
+# --------------------------------------------------------------------------- checked read-only files
+#: (file, offset, shape, dtype, size, mtime_ns, inode) of read-only memory maps whose every value
+#: was checked finite in this process; bounded, most recent last.
+_FINITE_FILES: OrderedDict[tuple, None] = OrderedDict()
+_FINITE_LOCK = threading.Lock()
+_FINITE_MAX = 16
+
+
+def _file_key(arr: Any) -> tuple | None:
+    """Identity of a read-only memory-mapped array's bytes, or None when ``arr`` could change.
+
+    Only a ``np.memmap`` opened read-only (``mode='r'``, as ``np.load(mmap_mode='r')`` and the
+    embedding caches open it) that maps a whole file region qualifies; a writable array, an
+    in-memory copy or a view of a writable buffer never does (it could be changed in place).
+    The key includes the file's size, modification time and inode, so a file rewritten (or
+    replaced by an atomic rename) since the check is checked again.
+    """
+    if not isinstance(arr, np.memmap) or getattr(arr, "mode", None) != "r" or arr.flags.writeable:
+        return None
+    name = getattr(arr, "filename", None)
+    if not name:
+        return None
+    try:
+        st = os.stat(name)
+    except OSError:
+        return None
+    return (os.path.realpath(name), int(getattr(arr, "offset", 0)), tuple(arr.shape), arr.dtype.str,
+            tuple(arr.strides), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def finite_checked(arr: Any) -> bool:
+    """True when ``arr`` is a read-only memory map whose values were all checked finite in this
+    process (:func:`mark_finite`) and whose file has not changed since: the check need not run
+    again (``fit --geometry auto`` fits three candidates on one corpus; at millions of rows
+    each scan costs seconds, issue #21)."""
+    key = _file_key(arr)
+    if key is None:
+        return False
+    with _FINITE_LOCK:
+        if key in _FINITE_FILES:
+            _FINITE_FILES.move_to_end(key)
+            return True
+    return False
+
+
+def mark_finite(arr: Any) -> None:
+    """Record that every value of ``arr`` was just checked finite (only read-only memory maps
+    are recorded; anything else is ignored)."""
+    key = _file_key(arr)
+    if key is None:
+        return
+    with _FINITE_LOCK:
+        _FINITE_FILES[key] = None
+        _FINITE_FILES.move_to_end(key)
+        while len(_FINITE_FILES) > _FINITE_MAX:
+            _FINITE_FILES.popitem(last=False)

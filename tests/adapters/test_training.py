@@ -374,3 +374,64 @@ def test_a_non_finite_float16_row_is_named_without_converting_the_corpus(tmp_pat
     D = C.copy()
     D[5, 1] = np.float16(65504)                                 # the largest finite float16 is accepted
     prepare_training(rng.normal(size=(8, 4)), np.arange(8), D)
+
+
+def test_a_checked_read_only_corpus_file_is_scanned_once_until_it_changes(tmp_path, monkeypatch):
+    # fit --geometry auto prepares three candidates on one cache (issue #21): the finiteness scan of
+    # an unchanged read-only memmap runs once; a writable array, or a file rewritten since, is scanned
+    import os
+
+    from asymgeo.adapters import training
+    from asymgeo.adapters.training import prepare_training
+
+    scans = []
+    real = training._finite_rows
+    monkeypatch.setattr(training, "_finite_rows", lambda blk: scans.append(blk.shape[0]) or real(blk))
+    rng = np.random.default_rng(3)
+    C = rng.normal(size=(100, 4)).astype(np.float16)
+    np.save(tmp_path / "c.npy", C)
+    X = rng.normal(size=(8, 4))
+    mm = np.load(tmp_path / "c.npy", mmap_mode="r")
+    prepare_training(X, np.arange(8), mm)
+    assert scans == [100]
+    prepare_training(X, np.arange(8), np.load(tmp_path / "c.npy", mmap_mode="r"))  # a new map of the same file
+    assert scans == [100]
+    writable = np.load(tmp_path / "c.npy", mmap_mode="r+")
+    prepare_training(X, np.arange(8), writable)                       # could change in place: scanned
+    prepare_training(X, np.arange(8), writable)
+    prepare_training(X, np.arange(8), np.array(mm))                   # an in-memory copy: scanned
+    assert scans == [100, 100, 100, 100]
+    del writable
+    bad = C.copy()
+    bad[7, 1] = np.nan
+    np.save(tmp_path / "c.npy", bad)                                  # the file rewritten after the check
+    st = os.stat(tmp_path / "c.npy")
+    os.utime(tmp_path / "c.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(ValueError, match=r"first at index \[7, 1\]"):
+        prepare_training(X, np.arange(8), np.load(tmp_path / "c.npy", mmap_mode="r"))
+
+
+def test_a_cache_validated_on_load_is_not_scanned_again_by_training(tmp_path, monkeypatch):
+    from asymgeo.adapters import training
+    from asymgeo.adapters.training import prepare_training
+    from asymgeo.data.cache import validate_embeddings
+
+    rng = np.random.default_rng(4)
+    C = rng.normal(size=(50, 4))
+    C /= np.linalg.norm(C, axis=1, keepdims=True)
+    np.save(tmp_path / "corpus.npy", C.astype(np.float16))
+    np.save(tmp_path / "queries.npy", C[:5].astype(np.float16))
+
+    class _Cache:
+        path = tmp_path
+        meta = {"normalised": False}
+        corpus = np.load(tmp_path / "corpus.npy", mmap_mode="r")
+        queries = np.load(tmp_path / "queries.npy", mmap_mode="r")
+        corpus_ids = [f"d{i}" for i in range(50)]
+        query_ids = [f"q{i}" for i in range(5)]
+
+    validate_embeddings(_Cache())
+    scans = []
+    monkeypatch.setattr(training, "_finite_rows", lambda blk: scans.append(1) or np.ones(blk.shape[0], bool))
+    prepare_training(rng.normal(size=(8, 4)), np.arange(8), _Cache.corpus)
+    assert scans == []

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import as_float_matrix
+from .._validation import as_float_matrix, finite_checked, mark_finite
 
 __all__ = ["TrainingData", "TrainResult", "prepare_training", "train_family", "import_torch", "resolve_device",
            "ValidationScorer", "epoch_permutation", "MIN_TRAIN_QUERIES"]
@@ -194,7 +194,10 @@ def _check_corpus(corpus: Any) -> np.ndarray:
     """The corpus as a 2-d float array without copying it (a float16 memmap stays one).
 
     Every row is checked finite block by block (``ValueError`` naming the first bad row),
-    so no (N, p) float32 copy is ever made here (issue #21: bounded memory).
+    so no (N, p) float32 copy is ever made here (issue #21: bounded memory).  A read-only
+    memory map already checked in this process (here or by
+    :func:`asymgeo.data.validate_embeddings`) and unchanged on disk is not scanned again
+    (:func:`asymgeo._validation.finite_checked`).
     """
     if hasattr(corpus, "detach") and hasattr(corpus, "cpu"):
         corpus = corpus.detach().cpu().numpy()
@@ -207,6 +210,8 @@ def _check_corpus(corpus: Any) -> np.ndarray:
         raise ValueError(f"corpus: expected a 2-d array of shape (n, p), got shape {C.shape}")
     if C.size == 0:
         raise ValueError(f"corpus: expected a non-empty array, got shape {C.shape}")
+    if finite_checked(C):  # a read-only cache file already scanned in this process, unchanged since
+        return C
     for d0 in range(0, C.shape[0], _CHECK_BLOCK):
         blk = np.asarray(C[d0 : d0 + _CHECK_BLOCK])
         ok = _finite_rows(blk)
@@ -214,6 +219,7 @@ def _check_corpus(corpus: Any) -> np.ndarray:
             bad = int(np.flatnonzero(~ok)[0])
             col = int(np.flatnonzero(~np.isfinite(blk[bad]))[0])
             raise ValueError(f"corpus: contains NaN or infinite values (first at index [{d0 + bad}, {col}])")
+    mark_finite(C)
     return C
 
 

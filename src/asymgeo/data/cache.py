@@ -39,7 +39,7 @@ import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
 from .._runtime import available_cpus, json_default
-from .._validation import check_int
+from .._validation import check_int, mark_finite
 from .beir import BeirDataset, load_beir
 from .encoders import (
     EncoderSpec,
@@ -429,6 +429,7 @@ def validate_embeddings(cache: EmbeddingCache, *, block_rows: int = 16384) -> No
                 f"{cache.path / name}, row {row} (id {ids[row]!r}): {whats[c]}{shown}; {n_bad} bad "
                 f"row{'s' if n_bad != 1 else ''} in all; rebuild the cache with `asymgeo embed ... --overwrite`"
             )
+        mark_finite(arr)  # a read-only memmap checked here is not scanned again by training
 
 
 # --------------------------------------------------------------------------- writing
