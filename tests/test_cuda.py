@@ -143,3 +143,51 @@ def test_cars_on_cuda_with_ragged_splits_and_selector_equals_cpu():
     splits = [(np.arange(0, 100), np.arange(100, 301)), (np.arange(0, 150, 2), np.arange(1, 280, 2))]
     for kw in (dict(n_splits=6, seed=1), dict(splits=splits), dict(n_splits=4, seed=2, selector_dim=48)):
         _assert_cars_equal(cars_score(X, Yp, Yn, 6, device="cuda", **kw), cars_score(X, Yp, Yn, 6, device="cpu", **kw))
+
+
+# --------------------------------------------------------------------------- issue #21: scale paths on the GPU
+def test_corpus_blocks_keep_a_float16_corpus_on_the_device_or_stream_it(tmp_path):
+    from asymgeo.adapters.training import CorpusBlocks
+
+    rng = np.random.default_rng(5)
+    C = rng.normal(size=(3000, 48)).astype(np.float16)
+    np.save(tmp_path / "c.npy", C)
+    mm = np.load(tmp_path / "c.npy", mmap_mode="r")
+    held = CorpusBlocks(mm, "cuda")
+    assert held._tensor is not None and held._tensor.dtype == torch.float16 and held._tensor.is_cuda
+    streamed = CorpusBlocks(mm, "cuda", max_device_bytes=C.nbytes - 1)   # does not fit: blocks per use
+    assert streamed._tensor is None
+    for blocks in (held, streamed):
+        got = blocks.block(1000, 2500)
+        assert got.is_cuda and got.dtype == torch.float32
+        np.testing.assert_array_equal(got.cpu().numpy(), C[1000:2500].astype(np.float32))
+
+
+def test_validation_scores_on_cuda_equal_the_cpu_ones(tmp_path):
+    from asymgeo.adapters.training import CorpusBlocks, ValidationScorer
+    from asymgeo.retrieval.metrics import RelevanceTable
+
+    rng = np.random.default_rng(6)
+    N, p, m, r = 4000, 32, 40, 4
+    C = rng.normal(size=(N, p))
+    C = (C / np.linalg.norm(C, axis=1, keepdims=True)).astype(np.float16)
+    np.save(tmp_path / "c.npy", C)
+    mm = np.load(tmp_path / "c.npy", mmap_mode="r")
+    rel = rng.choice(N, size=m, replace=False)
+    V = C[rel].astype(np.float32) + 0.3 * rng.normal(size=(m, p)).astype(np.float32)
+    table = RelevanceTable({f"q{i}": {f"d{rel[i]}": 1} for i in range(m)}, [f"q{i}" for i in range(m)],
+                           [f"d{j}" for j in range(N)])
+    A, B = rng.normal(size=(r, p)).astype(np.float32), rng.normal(size=(r, p)).astype(np.float32)
+    scales = [0.0, 0.5, 2.0]
+    cpu = ValidationScorer(V, table, CorpusBlocks(mm, "cpu")).ndcg_scaled(torch.from_numpy(A), torch.from_numpy(B),
+                                                                          scales)
+    gpu = ValidationScorer(V, table, CorpusBlocks(mm, "cuda")).ndcg_scaled(
+        torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda(), scales)
+    np.testing.assert_allclose(gpu, cpu, atol=1e-6)
+
+
+def test_embed_workers_take_one_gpu_each():
+    from asymgeo.data.cache import _worker_devices
+
+    assert _worker_devices(None, None) == [f"cuda:{k}" for k in range(torch.cuda.device_count())]
+    assert _worker_devices(None, "cpu") == ["cpu"]
