@@ -91,6 +91,12 @@ def test_unseen_relevant_ranking_by_hand():
     assert q == {"q1": {"c": 1}, "q3": {"b": 1, "e": 0}}
     with pytest.raises(ValueError, match="search deeper"):
         unseen_relevant_ranking(indices[:, :3], ["q1", "q2", "q3"], qrels, corpus, seen, 3)
+    # the same from a compact IdIndex of the corpus ids (what an embedding cache holds)
+    from asymgeo._ids import IdIndex
+
+    idx2, kept2, q2 = unseen_relevant_ranking(indices, ["q1", "q2", "q3"], qrels, IdIndex(corpus), seen, 3)
+    assert kept2 == kept and q2 == q
+    np.testing.assert_array_equal(idx2, idx)
 
 
 def test_prior_weight_ties_go_to_the_smallest():

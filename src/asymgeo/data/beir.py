@@ -23,12 +23,15 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from .._ids import IdIndex
 from .download import download_beir
 from .paths import data_root
 
@@ -278,7 +281,7 @@ def _read_qrels(path: Path, report: DatasetReport) -> list[tuple[str, str, int, 
 
 @dataclass
 class _CorpusScan:
-    ids: list[str]
+    ids: IdIndex
     skip_lines: frozenset[int]
     digest: str
 
@@ -366,7 +369,9 @@ class BeirDataset:
         if dup_hashes:
             self._check_duplicates(dup_hashes)
         rep.corpus_docs = len(ids)
-        return _CorpusScan(ids=ids, skip_lines=frozenset(skip), digest=h.hexdigest())
+        del seen
+        return _CorpusScan(ids=IdIndex(ids, what="document", source=self.corpus_file), skip_lines=frozenset(skip),
+                           digest=h.hexdigest())
 
     def _check_duplicates(self, dup_hashes: dict[str, list[tuple[int, bytes]]]) -> None:
         """Repeated ids must repeat the same document: a different title or text is an error."""
@@ -384,22 +389,28 @@ class BeirDataset:
                     )
 
     @property
-    def corpus_ids(self) -> list[str]:
+    def corpus_ids(self) -> IdIndex:
+        """Document ids in file order: a read-only ``Sequence[str]`` kept compactly
+        (:class:`asymgeo._ids.IdIndex`, no Python string per document)."""
         return self._corpus.ids
 
-    @cached_property
-    def _corpus_index(self) -> dict[str, int]:
-        return {d: i for i, d in enumerate(self.corpus_ids)}
+    @property
+    def _corpus_index(self) -> IdIndex:
+        return self._corpus.ids
+
+    def _present_docs(self, ids: Iterable[str]) -> set[str]:
+        """The given document ids that are in the corpus (one vectorised lookup)."""
+        ids = list(dict.fromkeys(ids))
+        return {d for d, j in zip(ids, self._corpus.ids.lookup(ids), strict=True) if j >= 0}
 
     def corpus_rows(self, ids) -> list[int]:
         """Row numbers (file order, duplicates removed) of the given document ids."""
-        index = self._corpus_index
-        out = []
-        for d in ids:
-            if d not in index:
+        ids = list(ids)
+        rows = self._corpus.ids.lookup([str(d) for d in ids]) if ids else np.zeros(0, dtype=np.int64)
+        for d, j in zip(ids, rows, strict=True):
+            if j < 0 or not isinstance(d, str):
                 raise KeyError(f"{self.corpus_file}: no document with id {d!r}")
-            out.append(index[d])
-        return out
+        return [int(j) for j in rows]
 
     def iter_corpus(self) -> Iterator[tuple[str, str, str]]:
         """Stream ``(id, title, text)`` in file order, skipping duplicate ids."""
@@ -514,7 +525,7 @@ class BeirDataset:
     def _clean_split(self, split: str) -> None:
         rep = self._report
         queries = self.queries
-        corpus = self._corpus_index
+        corpus = self._present_docs(d for _q, d, _g, _ln in self._qrels_raw[split])
         missing_doc = missing_q = dup = ident = 0
         grades: dict[int, int] = {}
         out: dict[str, dict[str, int]] = {}
@@ -574,8 +585,8 @@ class BeirDataset:
     def report(self) -> DatasetReport:
         """Fault counts over the whole folder (scans the corpus and all qrels on first use)."""
         rep = self._report
-        corpus = self._corpus_index
         queries = self.queries
+        corpus = self._present_docs(queries)
         labelled: set[str] = set()
         for split in self.splits:
             self.qrels(split)

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .._atomic import atomic_path, atomic_write_bytes
+from .._ids import IdIndex
 from .._runtime import available_cpus, json_default
 from .._validation import check_int, mark_finite
 from .beir import BeirDataset, load_beir
@@ -83,24 +84,10 @@ def cache_path(
 
 
 # --------------------------------------------------------------------------- reading
-def _read_ids(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as fh:
-        ids = fh.read().split("\n")
-    if ids and ids[-1] == "":
-        ids.pop()
-    for i, s in enumerate(ids, 1):
-        if not s.strip():
-            raise ValueError(f"{path}, line {i}: empty id")
-    return ids
-
-
-def _index(ids: Sequence[str], what: str, path: Path) -> dict[str, int]:
-    index: dict[str, int] = {}
-    for i, s in enumerate(ids):
-        if s in index:
-            raise ValueError(f"{path}: duplicate {what} id {s!r} on lines {index[s] + 1} and {i + 1}")
-        index[s] = i
-    return index
+def _read_ids(path: Path, what: str = "id") -> IdIndex:
+    """The ids of ``path``, one per line, as a compact :class:`~asymgeo._ids.IdIndex`
+    (``ValueError`` naming the line of an empty or repeated id)."""
+    return IdIndex.from_file(path, what=what)
 
 
 @dataclass
@@ -112,35 +99,44 @@ class EmbeddingCache:
     path : the cache folder.
     corpus : (N, p) float16, memory-mapped, rows in ``corpus_ids`` order.
     queries : (Q, p) float16, memory-mapped, rows in ``query_ids`` order.
-    corpus_ids, query_ids : list[str]
+    corpus_ids, query_ids : the ids in row order, a read-only ``Sequence[str]``
+        (:class:`asymgeo._ids.IdIndex`: UTF-8 bytes in one numpy array, about ``w + 8`` bytes
+        per id for ids of at most ``w`` bytes, instead of a Python string and a dict entry
+        each: 8.8M document ids fit in well under 200 MB).  Lists given here are converted.
     meta : dict read from ``meta.json``.
     """
 
     path: Path
     corpus: np.ndarray
     queries: np.ndarray
-    corpus_ids: list[str]
-    query_ids: list[str]
+    corpus_ids: Sequence[str]
+    query_ids: Sequence[str]
     meta: dict[str, Any]
 
     def __post_init__(self) -> None:
-        self._corpus_index = _index(self.corpus_ids, "corpus", self.path / "corpus_ids.txt")
-        self._query_index = _index(self.query_ids, "query", self.path / "query_ids.txt")
+        self.path = Path(self.path)
+        if not isinstance(self.corpus_ids, IdIndex):
+            self.corpus_ids = IdIndex(self.corpus_ids, what="corpus", source=self.path / "corpus_ids.txt")
+        if not isinstance(self.query_ids, IdIndex):
+            self.query_ids = IdIndex(self.query_ids, what="query", source=self.path / "query_ids.txt")
+        self._corpus_index = self.corpus_ids
+        self._query_index = self.query_ids
 
     @property
     def dim(self) -> int:
         return int(self.corpus.shape[1])
 
-    def _rows(self, ids: Iterable[str], index: dict[str, int], what: str) -> np.ndarray:
+    def _rows(self, ids: Iterable[str], index: IdIndex, what: str) -> np.ndarray:
         if isinstance(ids, str):
             raise TypeError(f"{what} ids: expected a sequence of ids, got a single string {ids!r}")
-        out = []
+        ids = list(ids)
         for s in ids:
-            try:
-                out.append(index[s])
-            except KeyError:
-                raise KeyError(f"{self.path}: no {what} with id {s!r} in the cache") from None
-        return np.asarray(out, dtype=np.int64)
+            if not isinstance(s, str):
+                raise KeyError(f"{self.path}: no {what} with id {s!r} in the cache")
+        out = index.lookup(ids)
+        if out.size and out.min() < 0:
+            raise KeyError(f"{self.path}: no {what} with id {ids[int(np.flatnonzero(out < 0)[0])]!r} in the cache")
+        return out
 
     def corpus_rows(self, ids: Iterable[str]) -> np.ndarray:
         """Row numbers of the given document ids (KeyError naming the first unknown id)."""
@@ -151,7 +147,7 @@ class EmbeddingCache:
         return self._rows(ids, self._query_index, "query")
 
     def has_corpus_id(self, doc_id: str) -> bool:
-        return doc_id in self._corpus_index
+        return isinstance(doc_id, str) and doc_id in self._corpus_index
 
 
 def _load_npy(path: Path, mmap: bool) -> np.ndarray:
@@ -244,8 +240,8 @@ def _open_folder(path: Path, mmap: bool) -> EmbeddingCache:
         raise ValueError(f"{path / 'meta.json'}: expected a JSON object")
     corpus = _load_npy(path / "corpus.npy", mmap)
     queries = _load_npy(path / "queries.npy", mmap)
-    corpus_ids = _read_ids(path / "corpus_ids.txt")
-    query_ids = _read_ids(path / "query_ids.txt")
+    corpus_ids = _read_ids(path / "corpus_ids.txt", "corpus")
+    query_ids = _read_ids(path / "query_ids.txt", "query")
     if corpus.shape[0] != len(corpus_ids):
         raise ValueError(f"{path / 'corpus.npy'}: {corpus.shape[0]} rows but corpus_ids.txt has {len(corpus_ids)} ids")
     if queries.shape[0] != len(query_ids):
@@ -367,7 +363,7 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
                                       dataset.queries_file, "queries", hint))
 
 
-def _id_mismatch(path: Path, got: list[str], want: list[str], source: Path, what: str, hint: str) -> str:
+def _id_mismatch(path: Path, got: Sequence[str], want: Sequence[str], source: Path, what: str, hint: str) -> str:
     if len(got) != len(want):
         return f"{path}: {len(got)} ids but {source} has {len(want)} {what}; the cache is stale, {hint}"
     i = next(i for i, (a, b) in enumerate(zip(got, want)) if a != b)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._ids import IdIndex
+
 __all__ = [
     "SeenSplit",
     "seen_documents",
@@ -110,7 +112,12 @@ def unseen_relevant_ranking(
     idx = np.asarray(indices)
     if idx.ndim != 2 or idx.shape[0] != len(query_ids):
         raise ValueError(f"indices: expected shape ({len(query_ids)}, K), got {idx.shape}")
-    row_of = {str(d): i for i, d in enumerate(corpus_ids)}
+    if isinstance(corpus_ids, IdIndex):  # only the seen judged documents are looked up (no dict of every id)
+        wanted = sorted({str(d) for q in query_ids for d, g in (qrels.get(q) or {}).items() if g > 0
+                         and str(d) in seen})
+        row_of = {d: int(j) for d, j in zip(wanted, corpus_ids.lookup(wanted), strict=True) if j >= 0}
+    else:
+        row_of = {str(d): i for i, d in enumerate(corpus_ids)}
     out_rows: list[np.ndarray] = []
     kept: list[str] = []
     new_qrels: dict[str, dict[str, int]] = {}

@@ -65,6 +65,8 @@ from typing import Any
 
 import numpy as np
 
+from .._ids import IdIndex
+
 __all__ = [
     "METRICS",
     "EvalResult",
@@ -356,11 +358,15 @@ class RelevanceTable:
         if unknown_docs not in ("error", "ignore"):
             raise ValueError(f"unknown_docs: expected 'error' or 'ignore', got {unknown_docs!r}")
         qpos = {str(q): i for i, q in enumerate(query_ids)}
-        dpos = {str(d): i for i, d in enumerate(corpus_ids)}
         if len(qpos) != len(query_ids):
             raise ValueError("query_ids: contains duplicate ids")
-        if len(dpos) != len(corpus_ids):
-            raise ValueError("corpus_ids: contains duplicate ids")
+        if isinstance(corpus_ids, IdIndex):  # unique by construction; looked up without a dict of every id
+            judged = sorted({str(d) for q in qrels if q in qpos for d in qrels[q]})
+            dpos = {d: int(j) for d, j in zip(judged, corpus_ids.lookup(judged), strict=True) if j >= 0}
+        else:
+            dpos = {str(d): i for i, d in enumerate(corpus_ids)}
+            if len(dpos) != len(corpus_ids):
+                raise ValueError("corpus_ids: contains duplicate ids")
         absent = [q for q in qrels if q not in qpos]
         if absent:
             raise ValueError(
@@ -445,8 +451,11 @@ def order_ties_by_id(
         raise ValueError(f"indices: values must lie in [0, {len(corpus_ids)}), got [{idx.min()}, {idx.max()}]")
     if idx.size == 0:
         return idx
-    rank = np.empty(len(corpus_ids), dtype=np.int64)
-    rank[np.argsort(np.asarray(corpus_ids, dtype=object), kind="stable")] = np.arange(len(corpus_ids))
+    if isinstance(corpus_ids, IdIndex):
+        rank = corpus_ids.sort_rank()
+    else:
+        rank = np.empty(len(corpus_ids), dtype=np.int64)
+        rank[np.argsort(np.asarray(corpus_ids, dtype=object), kind="stable")] = np.arange(len(corpus_ids))
     id_key = -rank[idx] if descending else rank[idx]
     order = np.lexsort((id_key, -S.astype(np.float64)), axis=1)
     return np.take_along_axis(idx, order, axis=1)

@@ -167,6 +167,6 @@ def ranking_choice_on_pool(
     missing = [q for q in val_ids if q not in qrels]
     if missing:
         raise ValueError(f"qrels: no judgements for validation query {missing[0]!r} ({len(missing)} missing)")
-    table = RelevanceTable({q: qrels[q] for q in val_ids}, val_ids, list(corpus_ids), unknown_docs="ignore")
+    table = RelevanceTable({q: qrels[q] for q in val_ids}, val_ids, corpus_ids, unknown_docs="ignore")
     V = np.asarray(X)[[first[q] for q in val_ids]]
     return ranking_choice(np.asarray(X)[fit], np.asarray(D)[fit], V, table, corpus, rank, scales=scales)

@@ -122,15 +122,17 @@ class SearchResult:
             raise ValueError(
                 f"query_ids: got {len(query_ids)} ids for {n} result rows"
             )
-        cids = np.asarray(corpus_ids, dtype=object)
-        if self.indices.size and int(self.indices.max()) >= len(cids):
+        if self.indices.size and int(self.indices.max()) >= len(corpus_ids):
             raise ValueError(
-                f"corpus_ids: got {len(cids)} ids but results index document "
+                f"corpus_ids: got {len(corpus_ids)} ids but results index document "
                 f"{int(self.indices.max())}"
             )
+        # only the retrieved rows' ids are looked up (corpus_ids may be a compact IdIndex of millions)
+        used, inverse = np.unique(self.indices, return_inverse=True)
+        names = np.asarray([str(corpus_ids[int(j)]) for j in used], dtype=object)[inverse.reshape(self.indices.shape)]
         run: dict[str, dict[str, float]] = {}
-        for qid, row_i, row_s in zip(query_ids, self.indices, self.scores):
-            run[str(qid)] = {str(d): float(s) for d, s in zip(cids[row_i], row_s)}
+        for qid, row_d, row_s in zip(query_ids, names, self.scores):
+            run[str(qid)] = {str(d): float(s) for d, s in zip(row_d, row_s)}
         return run
 
 
