@@ -9,7 +9,9 @@ run log so they can be regenerated on their own::
 Table 1 takes 75 minutes on two cores; when its results folder is absent, its sections are
 rebuilt from the committed per-cell table ``docs/results/table1_cells.csv`` (written by the
 last full run) and its run log ``docs/results/table1_runs.csv``, so the page regenerates from a
-fresh clone without rerunning the grid.
+fresh clone without rerunning the grid.  The "Beyond the paper" sections (selectors, partial
+sharing) are likewise rebuilt from their committed tables under ``docs/results`` when their
+runs are absent.
 """
 
 from __future__ import annotations
@@ -150,6 +152,39 @@ def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str)
     ])
 
 
+def _partial_sharing_section(results_dir: str | os.PathLike, docs: Path,
+                             suffix: str) -> tuple[str, list[list[str]], list[list[Any]]]:
+    """"Beyond the paper": partial sharing against both families, from the runs
+    (``partial_sharing``, ``partial_sharing_retrieval``), else from the committed tables
+    ``docs/results/partial_sharing_{cells,retrieval,runs}{suffix}.csv``.  Returns the section,
+    its claim rows and its rows of the runs table (saved beside the tables when from the runs)."""
+    from . import partial_sharing
+
+    runs_csv = docs / "results" / f"partial_sharing_runs{suffix}.csv"
+    try:
+        df = read_results(results_dir, "partial_sharing" + suffix)
+    except FileNotFoundError:
+        got = partial_sharing.section_from_committed(docs, suffix)
+        if got is None:
+            return (f"{partial_sharing.TITLE}\n\nNot run: `asymgeo reproduce partial_sharing"
+                    f"{' --quick' if suffix else ''}` and `asymgeo reproduce partial_sharing_retrieval"
+                    f"{' --quick' if suffix else ''}`.\n", [], [])
+        runs = partial_sharing.read_runs(runs_csv) if runs_csv.is_file() else []
+        return got[0], got[1], [[f"{r[0]} (from the committed tables)", *r[1:]] for r in runs]
+    runs = [[*_runs(results_dir, "partial_sharing" + suffix, df), partial_sharing.versions_of(df)]]
+    try:
+        ret_df = read_results(results_dir, "partial_sharing_retrieval" + suffix)
+        retrieval = partial_sharing.retrieval_table(ret_df)
+        runs.append([*_runs(results_dir, "partial_sharing_retrieval" + suffix, ret_df),
+                     partial_sharing.versions_of(ret_df)])
+    except FileNotFoundError:
+        committed = docs / "results" / f"partial_sharing_retrieval{suffix}.csv"
+        retrieval = partial_sharing.read_table(committed, "retrieval") if committed.is_file() else None
+    text, claims = partial_sharing.report_section(partial_sharing.explode(df), retrieval, docs / "results", suffix)
+    partial_sharing.save_runs(runs_csv, runs)
+    return text, claims, [r[:6] for r in runs]
+
+
 def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: str | os.PathLike = "docs", *,
                           quick: bool = False) -> Path:
     """Write ``<docs_dir>/evidence.md`` (``evidence-quick.md`` for the quick runs), its figures
@@ -183,6 +218,10 @@ def build_evidence_report(results_dir: str | os.PathLike = "results", docs_dir: 
     text, cl = _selectors_section(results_dir, docs, suffix)
     sections.append(text)
     claims += cl
+    text, cl, run_rows = _partial_sharing_section(results_dir, docs, suffix)
+    sections.append(text)
+    claims += cl
+    runs += run_rows
     from .runner import portable_command
 
     page = _PREAMBLE.format(

@@ -330,6 +330,7 @@ def cross_fitted_sharing(
     folds: int = 5,
     seed: int = 0,
     max_iter: int = 200,
+    restarts: int = 4,
 ) -> SharingChoice:
     r"""Choose the number of asymmetric directions ``s`` by cross-fitting.
 
@@ -347,6 +348,7 @@ def cross_fitted_sharing(
     folds : K, 2 <= K <= n.
     seed : seeds the row permutation.
     max_iter : L-BFGS iterations of each fit (:func:`partial_truncate`).
+    restarts : random starts of each fit besides its three closed-form ones (:func:`partial_truncate`).
     """
     X = as_float_matrix(X, "X")
     D = as_float_matrix(D, "D")
@@ -367,7 +369,7 @@ def cross_fitted_sharing(
         C_train = (total - held) / (n - part.size)
         M_k = held / part.size
         for j, s in enumerate(values):
-            fit = partial_truncate(C_train, r, s, max_iter=max_iter)
+            fit = partial_truncate(C_train, r, s, max_iter=max_iter, restarts=restarts)
             losses[k, j] = heldout_loss(fit.operator, M_k)
     mean = losses.mean(axis=0)
     se = losses.std(axis=0, ddof=1) / np.sqrt(losses.shape[0])
