@@ -246,6 +246,10 @@ def test_document_disjoint_validation_against_the_files(shared_dir):
     # with few training positives almost every validation query is disjoint; with none seen, all are
     V2, t2, _ = document_disjoint_validation(d, [])
     assert len(t2) == len(d.validation)
+    # the corpus ids stay the cache's compact IdIndex (issue #21: no list or dict of every id)
+    from asymgeo._ids import IdIndex
+
+    assert isinstance(d.corpus_ids, IdIndex) and len(d.corpus_ids) == 5183
 
 
 def test_document_disjoint_selection_falls_back_on_dense_qrels(shared_dir):

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from .._ids import IdIndex
+
 __all__ = ["GeneralisationReport", "generalisation_report", "ids_digest", "SUBSETS"]
 
 #: Report columns: all test queries, seen-document queries, unseen-document queries, and
@@ -149,8 +151,12 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
 
     qrels, corpus_ids = data.qrels, data.corpus_ids
     seen_ids = seen_documents(qrels, train_query_ids)
-    row_of = {d: i for i, d in enumerate(corpus_ids)}
-    seen_rows = np.array(sorted(row_of[d] for d in seen_ids if d in row_of), dtype=np.int64)
+    if isinstance(corpus_ids, IdIndex):  # look up the seen documents only (no dict of every id)
+        found = corpus_ids.lookup(sorted(seen_ids))
+        seen_rows = np.sort(found[found >= 0]).astype(np.int64)
+    else:
+        row_of = {d: i for i, d in enumerate(corpus_ids)}
+        seen_rows = np.array(sorted(row_of[d] for d in seen_ids if d in row_of), dtype=np.int64)
     is_seen = np.zeros(len(corpus_ids), dtype=bool)
     is_seen[seen_rows] = True
     test_ids = list(data.test.query_ids)

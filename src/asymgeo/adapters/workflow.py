@@ -44,7 +44,7 @@ class AdaptationData:
     relevant: list[set[int]] = field(repr=False)
     split: dict[str, Any] = field(default_factory=dict)
     qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
-    corpus_ids: list[str] = field(default_factory=list, repr=False)
+    corpus_ids: Sequence[str] = field(default_factory=list, repr=False)  # the cache's IdIndex
 
 
 def _num(x: float | None) -> float:
@@ -76,7 +76,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
     return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
-                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=list(emb.corpus_ids))
+                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=emb.corpus_ids)
 
 
 def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> dict[str, float]:
