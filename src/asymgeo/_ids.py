@@ -55,6 +55,10 @@ class IdIndex(Sequence[str]):
                 raise ValueError(f"{self._where(row)}: {what} id {enc[row]!r} contains a NUL character")
             lengths = np.fromiter((len(b) for b in enc), dtype=np.int64, count=len(enc))
             self._check_blank(arr, lengths)
+        self._index(arr)
+
+    def _index(self, arr: np.ndarray) -> None:
+        """Keep ``arr`` and its stable sort order; refuse a repeated id."""
         self._arr = arr
         self._order = np.argsort(arr, kind="stable")
         self._sorted = arr[self._order]
@@ -92,13 +96,7 @@ class IdIndex(Sequence[str]):
         out = cls.__new__(cls)
         out.what, out.source = what, str(path)
         out._check_blank(arr, lengths, grid)
-        out._arr = arr
-        out._order = np.argsort(arr, kind="stable")
-        out._sorted = arr[out._order]
-        if arr.size > 1:
-            same = out._sorted[1:] == out._sorted[:-1]
-            if same.any():
-                out._raise_duplicate(same)
+        out._index(arr)
         return out
 
     def _where(self, row: int) -> str:
