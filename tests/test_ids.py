@@ -116,3 +116,9 @@ def test_an_embedding_cache_holds_its_ids_compactly(tmp_path):
     with pytest.raises(ValueError, match=r"corpus_ids\.txt: duplicate corpus id 'a' on lines 1 and 2"):
         EmbeddingCache(path=tmp_path / "c", corpus=np.zeros((2, 2)), queries=np.zeros((1, 2)),
                        corpus_ids=["a", "a"], query_ids=["q"], meta={})
+
+
+def test_an_id_file_that_is_not_utf8_is_refused_at_load_naming_the_line(tmp_path):
+    (tmp_path / "ids.txt").write_bytes(b"a\nb\nc\xff\nd\n")
+    with pytest.raises(ValueError, match=r"ids\.txt, line 3: corpus id is not valid UTF-8"):
+        IdIndex.from_file(tmp_path / "ids.txt", what="corpus")

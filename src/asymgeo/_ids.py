@@ -85,6 +85,11 @@ class IdIndex(Sequence[str]):
         if np.any(data == 0):
             row = int(np.searchsorted(ends, int(np.flatnonzero(data == 0)[0]), side="left"))
             raise ValueError(f"{path}, line {row + 1}: {what} id contains a NUL character")
+        try:  # refuse bytes that are not UTF-8 now, not when an id is first read
+            data.tobytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            row = int(np.searchsorted(ends, exc.start, side="left"))
+            raise ValueError(f"{path}, line {row + 1}: {what} id is not valid UTF-8 ({exc.reason})") from None
         width = max(int(lengths.max()), 1)
         grid = np.zeros((lengths.size, width), dtype=np.uint8)
         for j in range(width):  # column by column: w vectorised passes, no Python object per id
