@@ -123,15 +123,16 @@ def truncation_spectra(
     r"""Top-``rank`` eigenpairs of :math:`\mathrm{sym}(C)` and singular triplets of ``C``, computed
     once for every rank up to ``rank`` (Theorem 1's truncations are nested in r).
 
-    Certified solvers of :mod:`asymgeo.linalg.lowrank` (subset LAPACK, mixed precision for
-    p >= 256, each answer checked to ``1e-10`` of the spectral scale, else full LAPACK);
+    Certified solvers of :mod:`asymgeo.linalg.lowrank` (subset LAPACK; mixed precision for the
+    eigenpairs at p >= 256 and for the singular triplets of a formed moment at p >= 512; each
+    answer checked to ``1e-10`` of the spectral scale, else full LAPACK);
     ``factors = (X, D, c)`` with ``C == c X^T D`` lets the SVD run on the thin factors.
     """
     C = as_float_matrix(C, "C")
     check_square(C, "C")
     r = check_rank(rank, C.shape[0])
     eta, Q = top_eigen(sym(C), r, method="dense", mixed=True)
-    U, s, V = top_singular(C, r, method="dense", factors=factors)
+    U, s, V = top_singular(C, r, method="dense", factors=factors, mixed=True)
     return TruncationSpectra(eigenvalues=eta, eigenvectors=Q, singular_values=s, left=U, right=V)
 
 

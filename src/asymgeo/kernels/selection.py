@@ -145,10 +145,11 @@ def residual_factors(
     residuals cost :math:`O(pr^2)` instead of :math:`O(p^2)`.  ``factors = (X, D, c)``
     with ``C == c X^T D`` let the SVD run on the thin factors, ``grams = (X X^T, D D^T)``
     skip their Gram products (see :func:`asymgeo.linalg.lowrank.top_singular`); ``start_*`` seed
-    ``method="krylov"``; ``mixed`` tries the mixed-precision eigensolver first; ``eigen``
+    ``method="krylov"``; ``mixed`` tries the mixed-precision solvers first (the eigensolver, and
+    for p >= 512 the SVD of a formed moment); ``eigen``
     passes the top-r eigenpairs of ``sym(C)`` when already known.
     """
-    U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams)
+    U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams, mixed=mixed)
     eta, Q = eigen if eigen is not None else top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
     eta = np.maximum(eta, 0.0)
     L = np.concatenate([U * s, -(Q * eta)], axis=1)

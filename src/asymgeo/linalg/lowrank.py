@@ -41,8 +41,8 @@ import numpy as np
 from . import lapack
 
 __all__ = [
-    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "krylov_suits", "mixed_probe", "MixedProbe",
-    "path_counts", "reset_path_counts",
+    "top_singular", "top_eigen", "top_sym_eigen", "mixed_top_eigen", "mixed_top_singular", "krylov_suits",
+    "mixed_probe", "MixedProbe", "path_counts", "reset_path_counts",
 ]
 
 _COUNTS: Counter[str] = Counter()
@@ -66,7 +66,8 @@ def path_counts(*, inputs: bool = False) -> dict[str, int]:
     """How often each solver path answered since the last :func:`reset_path_counts`.
 
     Keys: ``"singular:<path>"`` and ``"eigen:<path>"`` with ``<path>`` one of ``thin``,
-    ``krylov``, ``gram`` (certified subset eigh of ``C^T C``), ``subset``, ``full``
+    ``krylov``, ``gram`` (certified subset eigh of ``C^T C``), ``mixed`` (:func:`mixed_top_eigen`,
+    or for singular triplets :func:`mixed_top_singular`), ``subset``, ``full``
     (a full LAPACK decomposition, including every fallback) and, for Krylov attempts
     that did not certify, ``krylov_failed``.  The batched torch path of CARS
     (:mod:`.batched`) counts ``"batched:torch"`` once per truncated moment and
@@ -117,8 +118,11 @@ def _full_singular(C: np.ndarray, r: int) -> tuple[np.ndarray, np.ndarray, np.nd
     return U[:, :r], s[:r], Vt[:r].T
 
 
-def _dense_singular(C: np.ndarray, r: int, tol: float = 1e-11) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Top-r SVD from the top-r eigenpairs of the Gram matrix ``C^T C`` (LAPACK, index subset).
+def _dense_singular(
+    C: np.ndarray, r: int, tol: float = 1e-11, mixed: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-r SVD from the top-r eigenpairs of the Gram matrix ``C^T C`` (LAPACK, index subset;
+    with ``mixed`` and ``min(p, q) >= 512`` first :func:`mixed_top_singular`).
 
     Certified like the other paths (``||C^T u - s v|| <= tol * s_1``, ``s_r > 1e-6 s_1``);
     otherwise the full gesdd SVD is used.
@@ -126,6 +130,10 @@ def _dense_singular(C: np.ndarray, r: int, tol: float = 1e-11) -> tuple[np.ndarr
     p, q = C.shape
     if r == min(p, q) or q > 2 * p:
         return _full_singular(C, r)
+    if mixed and min(p, q) >= MIXED_SVD_MIN_DIM:
+        found = mixed_top_singular(C.astype(np.float32), C, r, tol=tol)
+        if found is not None:
+            return found
     theta, V, _ = _top_eigh(C.T @ C, r)
     s = np.sqrt(np.maximum(theta, 0.0))
     if s[0] == 0 or s[-1] <= 1e-6 * s[0]:
@@ -386,6 +394,7 @@ def top_singular(
     rng: np.random.Generator | None = None,
     factors: tuple[np.ndarray, np.ndarray, float] | None = None,
     grams: tuple[np.ndarray, np.ndarray] | None = None,
+    mixed: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Leading ``r`` singular triplets of ``C`` (p, q): ``U (p, r), s (r,), V (q, r)``.
 
@@ -401,6 +410,8 @@ def top_singular(
     accepted only if ``||C^T u - s v|| <= tol * s_1`` for every triplet
     (``C v = s u`` holds by construction), and only if ``s_r > 1e-6 s_1``.
     ``C=None`` with ``factors`` given: ``C`` is formed only if a dense path needs it.
+    ``mixed=True`` (dense path, ``min(p, q) >= 512``): :func:`mixed_top_singular` is tried
+    before the float64 subset eigh of ``C^T C`` (counted ``singular:mixed``).
     """
     if C is None:
         if factors is None:
@@ -409,7 +420,8 @@ def top_singular(
         p, q = A.shape[1], B.shape[1]
         if _use_krylov(method, r, min(p, q)) or not _thin_suits(A.shape[0], p, q, r):
             C = float(c) * (A.T @ B)
-            return top_singular(C, r, start=start, method=method, tol=tol, rng=rng, factors=factors, grams=grams)
+            return top_singular(C, r, start=start, method=method, tol=tol, rng=rng, factors=factors, grams=grams,
+                                mixed=mixed)
     p, q = C.shape if C is not None else (factors[0].shape[1], factors[1].shape[1])  # type: ignore[index]
     if C is not None and _use_krylov(method, r, min(p, q)):
         out = _krylov_singular(C, r, start, tol, rng)
@@ -427,7 +439,7 @@ def top_singular(
         if C is None:
             C = float(c) * (A.T @ B)
     assert C is not None
-    return _dense_singular(C, r, tol)
+    return _dense_singular(C, r, tol, mixed)
 
 
 def _thin_suits(m: int, p: int, q: int, r: int) -> bool:
@@ -640,6 +652,10 @@ _MIXED_EXTRA = 4
 _MIXED_MIN_GAP = 1e-4
 # Below this dimension the float64 subset solver is as fast: no mixed precision.
 MIXED_MIN_DIM = 256
+# The same for the singular values (the Gram matrix C^T C): at p = 384 mixed precision and the
+# float64 subset eigh take the same time on real moments, at p = 768 mixed is 1.3x faster
+# (benchmarks/bench_lapack.py).
+MIXED_SVD_MIN_DIM = 512
 
 
 def _wy_blocks(c: np.ndarray, tau: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -757,6 +773,7 @@ def mixed_top_eigen(
     max_iter: int = 3,
     overwrite: bool = False,
     keep: list[_Tridiagonal] | None = None,
+    allowed: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Top-r algebraic eigenpairs of a symmetric ``S`` (float64, given by ``apply(B) = S @ B``)
     from a float32 copy ``S32``, certified in float64.
@@ -778,7 +795,9 @@ def mixed_top_eigen(
 
     Only the lower triangle of ``S32`` is read; ``overwrite=True`` lets the reduction
     work in place when ``S32`` is a Fortran-ordered float32 array; ``keep`` (a list)
-    receives the tridiagonal form for further use.
+    receives the tridiagonal form for further use.  ``allowed(theta)`` (the r Ritz values)
+    replaces the acceptance bound ``tol * scale`` by per-pair bounds (used by
+    :func:`mixed_top_singular`, whose certificate is on the singular triplets).
     """
     p = S32.shape[0]
     b = r + _MIXED_EXTRA
@@ -811,7 +830,8 @@ def mixed_top_eigen(
         resid = np.linalg.norm(R, axis=0)
         if not np.all(np.isfinite(resid)):
             return None
-        if np.all(resid <= tol * scale):
+        limit = tol * scale if allowed is None else allowed(theta[:r])
+        if np.all(resid <= limit):
             return theta[:r], X[:, :r]
         corr = tri.solve_shifted(tri.apply_q(R, transpose=True), theta[:r])
         if corr is None:
@@ -823,3 +843,50 @@ def mixed_top_eigen(
         B = np.concatenate([X, corr], axis=1)
         SB = np.concatenate([SX, apply(corr)], axis=1)
     return None
+
+
+def mixed_top_singular(
+    C32: np.ndarray, C: np.ndarray, r: int, *, tol: float = 1e-10,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    r"""Leading ``r`` singular triplets of ``C`` (p, q) from its float32 copy ``C32``, certified
+    in float64; None when the certificate fails (the caller goes to float64 LAPACK).
+
+    The right singular vectors are the top eigenvectors of the Gram matrix
+    :math:`G = C^\top C`: :func:`mixed_top_eigen` reduces ``G32 = C32^T C32`` in float32 and
+    refines with exact float64 products :math:`G W = C^\top (C W)`, until every Ritz pair
+    :math:`(\theta, v)` has :math:`\|G v - \theta v\| \le \tau\, s\, s_1/4`
+    (:math:`s = \sqrt\theta`).  Then :math:`u = C v / s` satisfies :math:`C v = s u` exactly,
+    and the answer is accepted, as on every other path (:func:`top_singular`), only when
+    :math:`\|C^\top u - s v\| \le \tau s_1` (in float64), :math:`s_r > 10^{-6} s_1` and both
+    bases are orthonormal to 1e-9 (counted ``singular:mixed``).  Used for CARS' half moments
+    of more than ``3p/4`` triples (where the thin-factor core is no smaller than ``C``), the
+    validation losses and the cross-validated risk, at ``p >= 512``
+    (:data:`MIXED_SVD_MIN_DIM`).
+    """
+    q = C32.shape[1]
+    if C.shape != C32.shape or r + _MIXED_EXTRA + 1 >= q or q < MIXED_MIN_DIM:
+        return None
+    G32 = C32.T @ C32  # symmetric: its C-order buffer is its own Fortran-order transpose
+    G32 = G32.T
+
+    def allowed(theta: np.ndarray) -> np.ndarray:
+        # (theta, v) of G = C^T C gives u = C v / s with ||C^T u - s v|| = ||G v - theta v|| / s:
+        # this bound leaves the certificate a margin of four
+        s = np.sqrt(np.maximum(theta, 0.0))
+        return 0.25 * tol * s * s[0]
+
+    found = mixed_top_eigen(G32, lambda W: C.T @ (C @ W), r, tol=tol, overwrite=True, allowed=allowed)
+    if found is None:
+        return None
+    theta, V = found
+    s = np.sqrt(np.maximum(theta, 0.0))
+    if not np.all(np.isfinite(s)) or s[0] == 0 or s[-1] <= 1e-6 * s[0]:
+        return None
+    U = (C @ V) / s
+    resid = np.linalg.norm(C.T @ U - V * s, axis=0)
+    eye = np.eye(r)
+    if not (np.all(resid <= tol * s[0]) and np.abs(U.T @ U - eye).max() <= 1e-9
+            and np.abs(V.T @ V - eye).max() <= 1e-9):
+        return None
+    _count("singular:mixed")
+    return U, s, V
