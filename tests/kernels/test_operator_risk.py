@@ -161,6 +161,31 @@ def test_cross_validated_risk_against_brute_force():
         cross_validated_risk(X, Yp, Yn, r, folds=1)
 
 
+def test_cross_validated_risk_at_p512_takes_the_mixed_svd_and_equals_brute_force():
+    """At p = 512 the inner-fold truncations take the mixed-precision solvers (float32
+    reductions refined and certified in float64): the fold differences still equal numpy's
+    full eigh and SVD, and the mixed SVD demonstrably answered for every fold."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+    from asymgeo.linalg.lowrank import path_counts, reset_path_counts
+
+    rng = np.random.default_rng(7)
+    n, p, r = 900, 512, 8
+    Z = rng.standard_normal((n, 24))
+    X = Z @ rng.standard_normal((24, p)) + rng.standard_normal((n, p))
+    Yp = Z @ rng.standard_normal((24, p)) + 2.0 * rng.standard_normal((n, p))
+    Yn = np.zeros_like(Yp)
+    reset_path_counts()
+    res = cross_validated_risk(X, Yp, Yn, r, folds=3, seed=2)
+    assert path_counts().get("singular:mixed") == 3 and path_counts().get("eigen:mixed") == 3
+    order = np.random.default_rng(np.random.SeedSequence(2)).permutation(n)
+    want = []
+    for part in np.array_split(order, 3):
+        rest = np.setdiff1d(np.arange(n), part)
+        ls, ld = _brute_losses(X[rest].T @ Yp[rest] / rest.size, X[part].T @ Yp[part] / part.size, r)
+        want.append(ls - ld)
+    np.testing.assert_allclose(res.differences, want, rtol=1e-8, atol=1e-12)
+
+
 def test_validation_scores_the_cv_selector_like_cars():
     from asymgeo.estimators.validation import validate_selection
 

@@ -375,6 +375,27 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     _assert_close_to_naive(res, naive)
 
 
+def test_cars_on_real_nfcorpus_mpnet_halves_takes_the_mixed_svd_and_matches_naive(shared_dir):
+    """NFCorpus MPNet training triples (p = 768), halves of 600 triples (more than 3p/4): every
+    half's SVD runs on the mixed-precision Gram path (float32 reduction of C^T C, refined in
+    float64) and its symmetric part on the mixed eigensolver; the score equals the naive one
+    (full float64 SVD and eigh per half) to 1e-8."""
+    from asymgeo.data import load_triples
+    from asymgeo.linalg.lowrank import path_counts, reset_path_counts
+
+    t = load_triples(shared_dir / "data" / "nfcorpus", "all-mpnet-base-v2", "train",
+                     cache_dir=shared_dir / "embeddings")
+    X, Yp, Yn = (np.asarray(a, dtype=np.float64)[:1200] for a in t.arrays())
+    splits = _random_splits(np.random.default_rng(6), X.shape[0], 2, complement=True)
+    reset_path_counts()
+    res = cars_score(X, Yp, Yn, 16, splits=splits, n_jobs=1)
+    counts = path_counts()
+    assert counts.get("singular:mixed") == 2 * len(splits)  # every half (the full moment: thin factors or Gram)
+    assert counts.get("eigen:mixed") == 2 * len(splits) + 1
+    assert counts.get("singular:full", 0) == 0 and counts.get("eigen:full", 0) == 0
+    _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 16, splits))
+
+
 # --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
 def test_gram_helper_equals_the_plain_product():
     from asymgeo.kernels.selection import _gram

@@ -551,3 +551,105 @@ def test_bisection_failures_in_the_mixed_probe(monkeypatch):
 def test_distinct_rows_by_hand():
     A = np.array([[1.0, 2.0], [1.0, 2.0], [0.0, 1.0]])
     assert lowrank._distinct_rows(A) == 2 and lowrank._distinct_rows(A[:1]) == 1
+
+
+# --------------------------------------------------------------------------- mixed-precision SVD (issue #22)
+@pytest.mark.parametrize("m,p,r", [(700, 512, 16), (1200, 768, 16), (900, 512, 24)])
+def test_mixed_singular_matches_the_full_svd_on_formed_moments(m, p, r):
+    """Top-r SVD of a formed moment C = X^T D / m with more rows than p (CARS' large halves):
+    the float32 reduction of C^T C refined in float64 equals numpy's full SVD (values to
+    1e-11, the rank-r truncation to 1e-9 of s_1) on spectra without a gap, and the mixed
+    path demonstrably answered."""
+    from asymgeo.linalg.lowrank import mixed_top_singular
+
+    rng = np.random.default_rng(m + p + r)
+    X, D = _flat_moment(rng, m, p)
+    C = X.T @ D / m
+    reset_path_counts()
+    U, s, V = top_singular(C, r, mixed=True)
+    assert path_counts() == {"singular:mixed": 1}
+    _check_singular(C, r, U, s, V)
+    sd = np.linalg.svd(C, compute_uv=False)
+    np.testing.assert_allclose(s, sd[:r], rtol=1e-11)
+    assert np.linalg.norm(C.T @ U - V * s, axis=0).max() <= 1e-10 * sd[0]
+    direct = mixed_top_singular(C.astype(np.float32), C, r)
+    assert direct is not None
+    np.testing.assert_allclose(direct[1], s, rtol=1e-13)
+
+
+def test_mixed_singular_only_at_p512_and_only_on_request():
+    """Below 512 dimensions (where it is no faster) and without ``mixed=True`` the float64
+    subset eigh of C^T C answers, to the same truncation."""
+    rng = np.random.default_rng(40)
+    for p, mixed, path in [(384, True, "singular:gram"), (512, False, "singular:gram"), (512, True, "singular:mixed")]:
+        X, D = _flat_moment(rng, 600, p)
+        C = X.T @ D / 600
+        reset_path_counts()
+        U, s, V = top_singular(C, 8, mixed=mixed)
+        assert path_counts() == {path: 1}, (p, mixed)
+        _check_singular(C, 8, U, s, V)
+
+
+def test_mixed_singular_refuses_a_wrong_float32_copy_and_float64_answers():
+    """A float32 'copy' of another matrix cannot be refined to the certificate: None, and
+    top_singular then takes the float64 path (counted), with the right answer."""
+    import asymgeo.linalg.lowrank as lowrank_module
+    from asymgeo.linalg.lowrank import mixed_top_singular
+
+    rng = np.random.default_rng(41)
+    X, D = _flat_moment(rng, 700, 512)
+    C = X.T @ D / 700
+    X2, D2 = _flat_moment(rng, 700, 512)
+    wrong = (X2.T @ D2 / 700).astype(np.float32)
+    assert mixed_top_singular(wrong, C, 8) is None
+    assert mixed_top_singular(C[:, :500].astype(np.float32), C, 8) is None  # shapes differ
+    reset_path_counts()
+    real = lowrank_module.mixed_top_singular
+    try:
+        lowrank_module.mixed_top_singular = lambda C32, C_, r, tol=1e-10: real(wrong, C_, r, tol=tol)
+        U, s, V = top_singular(C, 8, mixed=True)
+    finally:
+        lowrank_module.mixed_top_singular = real
+    assert path_counts() == {"singular:gram": 1}
+    _check_singular(C, 8, U, s, V)
+
+
+def test_mixed_eigen_per_pair_bounds_decide_when_refinement_stops(monkeypatch):
+    """``allowed`` replaces the bound tol * scale: infinite bounds accept the first
+    Rayleigh-Ritz answer (no refinement step), zero bounds are never met (None)."""
+    steps = []
+    solve = _Tridiagonal.solve_shifted
+    monkeypatch.setattr(_Tridiagonal, "solve_shifted",
+                        lambda self, R, shifts: steps.append(1) or solve(self, R, shifts))
+    rng = np.random.default_rng(43)
+    X, D = _flat_moment(rng, 300, 384)
+    S = X.T @ D / 300
+    S = (S + S.T) / 2
+    S32 = S.astype(np.float32)
+    assert mixed_top_eigen(S32, lambda W: S @ W, 8, allowed=lambda th: np.full_like(th, np.inf)) is not None
+    assert steps == []
+    assert mixed_top_eigen(S32, lambda W: S @ W, 8, max_iter=2, allowed=lambda th: np.zeros_like(th)) is None
+    assert len(steps) == 2
+
+
+def test_mixed_singular_bounds_the_triplet_certificate(monkeypatch):
+    """The bound handed to the eigensolver of G = C^T C is tol * s * s_1 / 4 per pair
+    (s = sqrt(theta)): ||C^T u - s v|| = ||G v - theta v|| / s then stays below tol * s_1
+    with a margin of four (checked on the callable itself, by hand)."""
+    import asymgeo.linalg.lowrank as lowrank_module
+    from asymgeo.linalg.lowrank import mixed_top_singular
+
+    seen = {}
+    real = lowrank_module.mixed_top_eigen
+
+    def spy(*args, allowed=None, **kwargs):
+        seen["allowed"] = allowed
+        return real(*args, allowed=allowed, **kwargs)
+
+    monkeypatch.setattr(lowrank_module, "mixed_top_eigen", spy)
+    rng = np.random.default_rng(44)
+    X, D = _flat_moment(rng, 700, 512)
+    C = X.T @ D / 700
+    assert mixed_top_singular(C.astype(np.float32), C, 8, tol=1e-10) is not None
+    np.testing.assert_allclose(seen["allowed"](np.array([16.0, 4.0, 1.0])),
+                               0.25 * 1e-10 * np.array([4.0, 2.0, 1.0]) * 4.0, rtol=1e-15)
