@@ -102,6 +102,35 @@ def test_row_space_fast_path_runs_and_is_exact(monkeypatch):
         assert a["cars_choice"] == b["cars_choice"]
 
 
+def test_cross_validated_risk_in_the_row_space_is_exact(monkeypatch):
+    """The cv selector of a cell runs in the prefix's row space when 2m < p (no projection):
+    its dimension is 2m, and its score equals cross_validated_risk on the full-space prefix,
+    computed directly (same inner folds and seed)."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+
+    X, Yp, Yn = _data(n=80, p=40)
+    D = Yp - Yn
+    dims: list[int] = []
+    real = fv.cross_validated_risk
+
+    def spy(Xa, *args, **kwargs):
+        dims.append(Xa.shape[1])
+        return real(Xa, *args, **kwargs)
+
+    monkeypatch.setattr(fv, "cross_validated_risk", spy)
+    order, test = list(range(60)), list(range(60, 80))
+    cells = fv.fold_cells(X, D, order, test, [8, 16, 60], [2], n_splits=3, seed=1, sure=False, cv_folds=4)
+    assert dims == [16, 32, 40]
+    for c in cells:
+        m = c["size"]
+        rows = np.asarray(order[:m])
+        want = cross_validated_risk(X[rows], D[rows], np.zeros((m, 40)), 2, folds=4,
+                                    seed=fv._derived_seed(1, 0, m))
+        assert c["cv_score"] == pytest.approx(want.score, rel=1e-9, abs=1e-15)
+        assert c["cv_se"] == pytest.approx(want.standard_error, rel=1e-8, abs=1e-15)
+        assert c["cv_choice"] == want.choice
+
+
 def test_row_space_basis_widens_to_rank():
     rng = np.random.default_rng(0)
     X, D = rng.standard_normal((3, 20)), rng.standard_normal((3, 20))

@@ -140,7 +140,9 @@ def fold_cells(
         dimension (:func:`row_space_basis`; exact, same splits, much faster at small m).
     cv_folds : when >= 2, also run the cross-validated operator-risk selector
         (:func:`asymgeo.kernels.operator_risk.cross_validated_risk`, that many folds inside the
-        training prefix, full space, seeded like CARS): keys ``cv_choice, cv_score, cv_se``.
+        training prefix, full space (computed in the prefix's row space when ``reduce`` applies
+        and there is no projection: the same losses), seeded like CARS): keys
+        ``cv_choice, cv_score, cv_se``.
 
     Returns
     -------
@@ -278,7 +280,10 @@ def _fold_tasks(
                 an = anisotropic_sure(Xm, Dm, int(r), eigen=sure_eigen)
                 extra.update(aniso_choice=an.choice, aniso_score=an.score)
             if cv_folds >= 2:
-                cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), int(r),
+                # without a selector projection, every inner-fold moment lies in the prefix's row
+                # space: the losses are the same in its basis Q (exact; k = 2m instead of p)
+                Xv, Dv = (Xc, Dc) if projection is None and Q is not None else (Xtr[:m], Dtr[:m])
+                cv = cross_validated_risk(Xv, Dv, np.zeros_like(Dv), int(r),
                                           folds=min(int(cv_folds), m), seed=split_seed)
                 extra.update(cv_choice=cv.choice, cv_score=cv.score, cv_se=cv.standard_error)
             rows.append({
