@@ -652,9 +652,9 @@ _MIXED_EXTRA = 4
 _MIXED_MIN_GAP = 1e-4
 # Below this dimension the float64 subset solver is as fast: no mixed precision.
 MIXED_MIN_DIM = 256
-# The same for the singular values (the Gram matrix C^T C): at p = 384 mixed precision and the
-# float64 subset eigh take the same time on real moments, at p = 768 mixed is 1.3x faster
-# (benchmarks/bench_lapack.py).
+# The same for the singular triplets (the Gram matrix C^T C): on real NFCorpus half moments mixed
+# precision is about 1.1x the float64 subset eigh at p = 384 (within run-to-run noise) and 1.3x
+# at p = 768 (benchmarks/bench_lapack.py).
 MIXED_SVD_MIN_DIM = 512
 
 
