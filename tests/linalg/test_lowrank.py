@@ -653,3 +653,56 @@ def test_mixed_singular_bounds_the_triplet_certificate(monkeypatch):
     assert mixed_top_singular(C.astype(np.float32), C, 8, tol=1e-10) is not None
     np.testing.assert_allclose(seen["allowed"](np.array([16.0, 4.0, 1.0])),
                                0.25 * 1e-10 * np.array([4.0, 2.0, 1.0]) * 4.0, rtol=1e-15)
+
+
+def test_mixed_singular_declines_a_moment_of_lower_rank_than_r():
+    """A formed moment of rank 4 asked for r = 8 (s_5.. are 0): the mixed route declines
+    (s_r below 1e-6 s_1), so does the Gram route, and the full SVD answers."""
+    from asymgeo.linalg.lowrank import mixed_top_singular
+
+    rng = np.random.default_rng(45)
+    m, p, r = 700, 512, 8
+    A = rng.standard_normal((m, p))
+    Qp, _ = np.linalg.qr(rng.standard_normal((p, 4)))
+    C = A.T @ (A @ (Qp @ Qp.T)) / m
+    assert mixed_top_singular(C.astype(np.float32), C, r) is None
+    reset_path_counts()
+    U, s, V = top_singular(C, r, mixed=True)
+    assert path_counts() == {"singular:full": 1}
+    sd = np.linalg.svd(C, compute_uv=False)
+    np.testing.assert_allclose(s, sd[:r], atol=1e-9 * sd[0])
+
+
+@pytest.mark.parametrize("damage", ["rotated", "ritz_of_a_wrong_subspace", "zero_value", "not_orthonormal"])
+def test_mixed_singular_checks_the_triplets_it_returns(monkeypatch, damage):
+    """The triplet certificate is checked on what the eigensolver returned: Ritz vectors off
+    by 1e-6, Ritz pairs of a subspace off by 1e-6 (so that U = C V / s is exactly orthonormal
+    and only the residual ||C^T u - s v|| shows the damage), a zero singular value, or
+    non-orthonormal vectors are refused (None)."""
+    import asymgeo.linalg.lowrank as lowrank_module
+    from asymgeo.linalg.lowrank import mixed_top_singular
+
+    rng = np.random.default_rng(46)
+    X, D = _flat_moment(rng, 700, 512)
+    C = X.T @ D / 700
+    real = lowrank_module.mixed_top_eigen
+
+    def damaged(*args, **kwargs):
+        theta, V = real(*args, **kwargs)
+        if damage == "rotated":
+            V, _ = np.linalg.qr(V + 1e-6 * rng.standard_normal(V.shape))
+        elif damage == "ritz_of_a_wrong_subspace":
+            W, _ = np.linalg.qr(V + 1e-6 * rng.standard_normal(V.shape))
+            theta, Z = np.linalg.eigh(W.T @ (C.T @ (C @ W)))
+            theta, V = theta[::-1], (W @ Z)[:, ::-1]
+        elif damage == "zero_value":
+            theta = theta.copy()
+            theta[-1] = 0.0
+        else:  # an exact eigenpair twice: every residual is zero, only orthonormality fails
+            V, theta = V.copy(), theta.copy()
+            V[:, 1], theta[1] = V[:, 0], theta[0]
+        return theta, V
+
+    assert mixed_top_singular(C.astype(np.float32), C, 8) is not None
+    monkeypatch.setattr(lowrank_module, "mixed_top_eigen", damaged)
+    assert mixed_top_singular(C.astype(np.float32), C, 8) is None

@@ -857,8 +857,8 @@ def mixed_top_singular(
     :math:`(\theta, v)` has :math:`\|G v - \theta v\| \le \tau\, s\, s_1/4`
     (:math:`s = \sqrt\theta`).  Then :math:`u = C v / s` satisfies :math:`C v = s u` exactly,
     and the answer is accepted, as on every other path (:func:`top_singular`), only when
-    :math:`\|C^\top u - s v\| \le \tau s_1` (in float64), :math:`s_r > 10^{-6} s_1` and both
-    bases are orthonormal to 1e-9 (counted ``singular:mixed``).  Used for CARS' half moments
+    :math:`\|C^\top u - s v\| \le \tau s_1` (in float64) and ``U`` is orthonormal to 1e-9
+    (counted ``singular:mixed``).  Used for CARS' half moments
     of more than ``3p/4`` triples (where the thin-factor core is no smaller than ``C``), the
     validation losses and the cross-validated risk, at ``p >= 512``
     (:data:`MIXED_SVD_MIN_DIM`).
@@ -879,14 +879,17 @@ def mixed_top_singular(
     if found is None:
         return None
     theta, V = found
+    # the eigensolver's gap test (t_r - t_{b+1} >= 1e-4 ||G||) already implies s_r >= ~1e-2 s_1;
+    # a zero s_r would make U infinite, and the checks below refuse it
     s = np.sqrt(np.maximum(theta, 0.0))
-    if not np.all(np.isfinite(s)) or s[0] == 0 or s[-1] <= 1e-6 * s[0]:
-        return None
-    U = (C @ V) / s
-    resid = np.linalg.norm(C.T @ U - V * s, axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        U = (C @ V) / s
+        resid = np.linalg.norm(C.T @ U - V * s, axis=0)
     eye = np.eye(r)
-    if not (np.all(resid <= tol * s[0]) and np.abs(U.T @ U - eye).max() <= 1e-9
-            and np.abs(V.T @ V - eye).max() <= 1e-9):
-        return None
+    # implied by the per-pair bound when the eigensolver is right; checked as on every other path
+    # (with zero residuals, an orthonormal U = C V diag(1/s) forces V^T V = I)
+    with np.errstate(invalid="ignore"):
+        if not (np.all(resid <= tol * s[0]) and np.abs(U.T @ U - eye).max() <= 1e-9):
+            return None
     _count("singular:mixed")
     return U, s, V
