@@ -262,28 +262,43 @@ def _split_term(
     I1, I2 = pair
     n = X.shape[0]
     m1, m2 = I1.size, I2.size
-    X1, D1, X2, D2 = X[I1], D[I1], X[I2], D[I2]
-    g1 = g2 = None
-    if grams is not None:
+    X1, D1 = X[I1], D[I1]
+    if grams is not None:  # halves of fewer than 3p/4 triples: the thin-factor SVD
+        X2, D2 = X[I2], D[I2]
         g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
         g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
-    if low is not None and grams is not None:  # thin halves: no float64 half moment at all
-        S1, S2 = low.half_symmetric_parts(I1, I2, n)
-        f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
-        f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
-    else:
-        C1 = X1.T @ D1 / m1
-        if m1 + m2 == n:  # complement: C2 from the full moment, half the work
-            C2 = (n * C_all - m1 * C1) / m2
+        if low is not None:  # no float64 half moment at all
+            S1, S2 = low.half_symmetric_parts(I1, I2, n)
+            f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
+            f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
         else:
-            C2 = X2.T @ D2 / m2
+            C1, C2 = _half_moments(X, D, C_all, I1, I2, X1, D1)
+            f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                                  factors=(X1, D1, 1.0 / m1), grams=g1)
+            f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
+                                  factors=(X2, D2, 1.0 / m2), grams=g2)
+    else:  # the formed moments answer (Krylov, or halves of more than 3p/4 triples): no factors needed
+        C1, C2 = _half_moments(X, D, C_all, I1, I2, X1, D1)
         f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              factors=(X1, D1, 1.0 / m1), grams=g1, mixed=low is not None)
+                              mixed=low is not None)
         f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              factors=(X2, D2, 1.0 / m2), grams=g2, mixed=low is not None)
+                              mixed=low is not None)
     a = _inner(f1, f2)
     n1, n2 = _inner(f1, f1), _inner(f2, f2)
     return a, max(n1 + n2 - 2.0 * a, 0.0)
+
+
+def _half_moments(
+    X: np.ndarray, D: np.ndarray, C_all: np.ndarray, I1: np.ndarray, I2: np.ndarray,
+    X1: np.ndarray, D1: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both float64 half moments; the second from the full moment when the halves cover the
+    data (``n C = m1 C1 + m2 C2``: half the work, and no copy of the second half's rows)."""
+    n, m1, m2 = X.shape[0], I1.size, I2.size
+    C1 = X1.T @ D1 / m1
+    if m1 + m2 == n:
+        return C1, (n * C_all - m1 * C1) / m2
+    return C1, X[I2].T @ D[I2] / m2
 
 
 def _gram(A: np.ndarray) -> np.ndarray:
