@@ -131,6 +131,29 @@ def test_cross_validated_risk_in_the_row_space_is_exact(monkeypatch):
         assert c["cv_choice"] == want.choice
 
 
+def test_cross_validated_risk_ignores_the_selector_projection():
+    """With a fixed selector projection CARS and SURE see X R, D R, but the cv selector stays
+    in the full space (its losses are of full-space operators): its score equals
+    cross_validated_risk on the unprojected prefix, not on the projected one."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk
+
+    X, Yp, Yn = _data(n=80, p=40)
+    D = Yp - Yn
+    R = fv.fixed_projection(40, 12, seed=3)
+    order, test = list(range(60)), list(range(60, 80))
+    cells = fv.fold_cells(X, D, order, test, [8, 60], [2], n_splits=3, seed=1, sure=False, cv_folds=4,
+                          projection=R)
+    for c in cells:
+        m = c["size"]
+        rows = np.asarray(order[:m])
+        want = cross_validated_risk(X[rows], D[rows], np.zeros((m, 40)), 2, folds=4,
+                                    seed=fv._derived_seed(1, 0, m))
+        projected = cross_validated_risk(X[rows] @ R, D[rows] @ R, np.zeros((m, 12)), 2, folds=4,
+                                         seed=fv._derived_seed(1, 0, m))
+        assert c["cv_score"] == pytest.approx(want.score, rel=1e-9, abs=1e-15)
+        assert c["cv_score"] != pytest.approx(projected.score, rel=1e-3)
+
+
 def test_row_space_basis_widens_to_rank():
     rng = np.random.default_rng(0)
     X, D = rng.standard_normal((3, 20)), rng.standard_normal((3, 20))
