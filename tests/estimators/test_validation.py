@@ -79,17 +79,23 @@ def test_validate_selection_matches_brute_force(centred):
     assert [s["size"] for s in d["per_size"]] == [16, 32, 64]
 
 
-def test_row_space_fast_path_runs_and_is_exact(monkeypatch):
-    X, Yp, Yn = _data(n=80, p=40)
-    D = Yp - Yn
+def _spy_dimensions(monkeypatch, name: str) -> list[int]:
+    """Record the column count of the first argument of every call of ``fv.<name>``."""
     dims: list[int] = []
-    real = fv.cars_score
+    real = getattr(fv, name)
 
     def spy(Xa, *args, **kwargs):
         dims.append(Xa.shape[1])
         return real(Xa, *args, **kwargs)
 
-    monkeypatch.setattr(fv, "cars_score", spy)
+    monkeypatch.setattr(fv, name, spy)
+    return dims
+
+
+def test_row_space_fast_path_runs_and_is_exact(monkeypatch):
+    X, Yp, Yn = _data(n=80, p=40)
+    D = Yp - Yn
+    dims = _spy_dimensions(monkeypatch, "cars_score")
     order, test = list(range(60)), list(range(60, 80))
     fast = fv.fold_cells(X, D, order, test, [8, 16, 60], [2, 5], n_splits=3, seed=1, sure=False)
     assert dims == [16, 16, 32, 32, 40, 40]               # 2m < p runs in the 2m-dim row space
@@ -110,14 +116,7 @@ def test_cross_validated_risk_in_the_row_space_is_exact(monkeypatch):
 
     X, Yp, Yn = _data(n=80, p=40)
     D = Yp - Yn
-    dims: list[int] = []
-    real = fv.cross_validated_risk
-
-    def spy(Xa, *args, **kwargs):
-        dims.append(Xa.shape[1])
-        return real(Xa, *args, **kwargs)
-
-    monkeypatch.setattr(fv, "cross_validated_risk", spy)
+    dims = _spy_dimensions(monkeypatch, "cross_validated_risk")
     order, test = list(range(60)), list(range(60, 80))
     cells = fv.fold_cells(X, D, order, test, [8, 16, 60], [2], n_splits=3, seed=1, sure=False, cv_folds=4)
     assert dims == [16, 32, 40]
@@ -139,7 +138,7 @@ def test_cross_validated_risk_ignores_the_selector_projection():
 
     X, Yp, Yn = _data(n=80, p=40)
     D = Yp - Yn
-    R = fv.fixed_projection(40, 12, seed=3)
+    R = fv.fixed_projection(40, 30, seed=3)  # 2m = 16 < 30 at m = 8: CARS runs in a row space
     order, test = list(range(60)), list(range(60, 80))
     cells = fv.fold_cells(X, D, order, test, [8, 60], [2], n_splits=3, seed=1, sure=False, cv_folds=4,
                           projection=R)
@@ -148,7 +147,7 @@ def test_cross_validated_risk_ignores_the_selector_projection():
         rows = np.asarray(order[:m])
         want = cross_validated_risk(X[rows], D[rows], np.zeros((m, 40)), 2, folds=4,
                                     seed=fv._derived_seed(1, 0, m))
-        projected = cross_validated_risk(X[rows] @ R, D[rows] @ R, np.zeros((m, 12)), 2, folds=4,
+        projected = cross_validated_risk(X[rows] @ R, D[rows] @ R, np.zeros((m, 30)), 2, folds=4,
                                          seed=fv._derived_seed(1, 0, m))
         assert c["cv_score"] == pytest.approx(want.score, rel=1e-9, abs=1e-15)
         assert c["cv_score"] != pytest.approx(projected.score, rel=1e-3)

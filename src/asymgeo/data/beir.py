@@ -394,10 +394,6 @@ class BeirDataset:
         (:class:`asymgeo._ids.IdIndex`, no Python string per document)."""
         return self._corpus.ids
 
-    @property
-    def _corpus_index(self) -> IdIndex:
-        return self._corpus.ids
-
     def _present_docs(self, ids: Iterable[str]) -> set[str]:
         """The given document ids that are in the corpus (one vectorised lookup)."""
         ids = list(dict.fromkeys(ids))
