@@ -247,3 +247,52 @@ def test_truncation_spectra_serve_every_rank_and_match_full_decompositions(rng):
     assert np.array_equal(res.shared, truncation_losses(C, T, [3, 12, 7]).shared)
     with pytest.raises(ValueError, match="spectra"):
         truncation_losses(C, T, [13], spectra=spectra)  # computed only up to rank 12
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), p=st.integers(3, 8), n=st.integers(4, 12))
+def test_resampled_losses_equal_truncations_scored_on_explicit_targets(seed, p, n):
+    """Uniform weights, a subset and a bootstrap resample: each target formed row by row and
+    scored with heldout_loss on the per-rank truncations (no expansion)."""
+    from asymgeo.kernels.operator_risk import resampled_losses, truncation_spectra
+
+    rng = np.random.default_rng(seed)
+    C = rng.standard_normal((p, p)) + np.diag(rng.standard_normal(p))
+    X, D = rng.standard_normal((n, p)), rng.standard_normal((n, p))
+    A = rng.permutation(n)[: n // 2]
+    counts = rng.multinomial(n, np.full(n, 1.0 / n))
+    W = np.zeros((3, n))
+    W[0] = 1.0 / n
+    W[1, A] = 1.0 / A.size
+    W[2] = counts / n
+    targets = [X.T @ D / n, X[A].T @ D[A] / A.size,
+               np.repeat(X, counts, axis=0).T @ np.repeat(D, counts, axis=0) / n]
+    ranks = list(range(1, p + 1))
+    shared, dual = resampled_losses(truncation_spectra(C, p), X, D, ranks, W)
+    assert shared.shape == dual.shape == (3, p)
+    for k, T in enumerate(targets):
+        for j, r in enumerate(ranks):
+            assert shared[k, j] == pytest.approx(heldout_loss(shared_truncate(C, r, solver="dense"), T), rel=1e-8, abs=1e-10)
+            assert dual[k, j] == pytest.approx(heldout_loss(dual_truncate(C, r, solver="dense"), T), rel=1e-8, abs=1e-10)
+
+
+def test_resampled_losses_refuse_bad_weights_and_ranks():
+    from asymgeo.kernels.operator_risk import resampled_losses, truncation_spectra
+
+    rng = np.random.default_rng(3)
+    X, D = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    sp = truncation_spectra(rng.standard_normal((4, 4)), 2)
+    ok = np.full((1, 5), 0.2)
+    with pytest.raises(ValueError, match=r"weights: expected shape \(K, 5\)"):
+        resampled_losses(sp, X, D, [1], np.full((1, 4), 0.25))
+    with pytest.raises(ValueError, match="sum to one"):
+        resampled_losses(sp, X, D, [1], ok * 2)
+    with pytest.raises(ValueError, match="non-negative"):
+        resampled_losses(sp, X, D, [1], np.array([[0.6, 0.6, -0.2, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="rank"):
+        resampled_losses(sp, X, D, [3], ok)                     # beyond the spectra computed
+    with pytest.raises(ValueError, match="X: expected 4 columns"):
+        resampled_losses(sp, X[:, :3], D[:, :3], [1], ok)
+    Z = np.zeros((5, 4))
+    with pytest.raises(ValueError, match="target moment M_w is zero"):
+        resampled_losses(sp, Z, D, [1], ok)

@@ -96,7 +96,7 @@ def _read_committed(path: Path, columns: tuple[str, ...], rerun: str):
 def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) -> tuple[str, list[list[str]]]:
     """"Beyond the paper": the selectors run joined with Table 1's cells; from the committed
     per-cell table when the run is absent."""
-    from . import selectors
+    from . import heldout_noise, selectors
 
     try:
         joined = selectors.join_table1(selectors.explode(read_results(results_dir, "selectors" + suffix)),
@@ -115,7 +115,8 @@ def _selectors_section(results_dir: str | os.PathLike, docs: Path, suffix: str) 
         joined["cv0_choice"] = np.where(joined["cv_score"] > 0, "dual", "shared")
         out_dir = None
     text, claims = selectors.report_section(joined, out_dir, suffix)
-    return text + _rq1_selectors_text(results_dir, docs, suffix), claims
+    return (text + heldout_noise.section(results_dir, docs, suffix, joined)
+            + _rq1_selectors_text(results_dir, docs, suffix)), claims
 
 
 def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str) -> str:
