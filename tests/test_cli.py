@@ -807,3 +807,30 @@ def test_a_library_warning_that_cannot_be_formatted_still_prints_one_line(capsys
     rec = logging.LogRecord("asymgeo", logging.WARNING, __file__, 1, "bad %d format", ("not a number",), None)
     h.emit(rec)
     assert capsys.readouterr().err == "asymgeo fit: warning: bad %d format\n"
+
+
+def test_select_verdict_counts_the_folds_the_held_out_data_decides():
+    from asymgeo.cli import select_verdict
+
+    per_size = [{"size": 517, "cells": 2, "heldout_dual": 2, "cars_dual": 2, "accuracy": 1.0, "decided": 1,
+                 "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}},
+                {"size": 518, "cells": 3, "heldout_dual": 3, "cars_dual": 3, "accuracy": 1.0, "decided": 2,
+                 "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}}]
+    v = {"accuracy": {"cars": 0.95, "shared": 0.5, "dual": 0.5}, "reduction": 0.84, "per_size": per_size}
+    assert select_verdict("dual", v).endswith(
+        "in 5 of 5 folds (held-out difference beyond two bootstrap standard errors in 3 of 5)")
+    per_size[0].pop("decided")                  # one size without the count: no count for the merged row
+    assert "bootstrap" not in select_verdict("dual", v)
+
+
+def test_select_validate_prints_how_many_folds_decide_each_size(capsys):
+    import json as _json
+
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--validate",
+            "--folds", "2", *_shared_args()]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    assert "beyond 2 SE" in out and "bootstrap standard errors" in out.splitlines()[0]
+    code, out, err = _run(capsys, [*argv, "--json"])
+    got = _json.loads(out)["validation"]
+    assert all("decided" in s for s in got["per_size"]) and all(c["heldout_se"] > 0 for c in got["cells"])

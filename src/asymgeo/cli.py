@@ -347,6 +347,9 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
     at = f"at {last['label']} queries {choice} had the lower held-out loss in {wins} of {last['cells']} folds"
+    if "decided" in last:
+        at += (f" (held-out difference beyond two bootstrap standard errors in {last['decided']} of "
+               f"{last['cells']})")
     red_txt = f"{100 * red:.0f}%" if red == red else "–"
     if red < -1e-9 or acc["cars"] < acc[best_fixed] - 1e-9:
         return (f"validation does not support {choice} ({name}): always-{best_fixed} did better on held-out folds "
@@ -387,7 +390,7 @@ def _select_validation(args, tr) -> dict:
         accuracy["selector"], regret["selector"] = v.accuracy[rule], v.regret[rule]
     return {**v.as_dict(), "accuracy": accuracy, "regret": regret, "selector": selector,
             "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "sure_choice", "cv_choice",
-                                         "aniso_choice", "loss_shared", "loss_dual")
+                                         "aniso_choice", "loss_shared", "loss_dual", "heldout_se")
                        if k in c} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -410,12 +413,18 @@ def _print_validation(v: dict) -> None:
           + (f", cross-validated risk {reg['cv']:.4g}" if "cv" in reg else "")
           + (f", anisotropic SURE {reg['aniso']:.4g}" if "aniso" in reg else ""))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
+    sizes = _merge_full_pool_sizes(v["per_size"])
+    decided = all("decided" in s for s in sizes)
     print(f"  {'size':>9}  {'CARS->dual':>10}  {'held-out dual':>13}  {'accuracy':>8}  {'regret CARS':>11}  "
-          f"{'shared':>9}  {'dual':>9}")
-    for s in _merge_full_pool_sizes(v["per_size"]):
+          f"{'shared':>9}  {'dual':>9}" + (f"  {'beyond 2 SE':>11}" if decided else ""))
+    for s in sizes:
         r = s["regret"]
         print(f"  {s['label']:>9}  {s['cars_dual']:>6}/{s['cells']:<3}  {s['heldout_dual']:>9}/{s['cells']:<3}  "
-              f"{100 * s['accuracy']:>7.0f}%  {r['cars']:>11.4g}  {r['shared']:>9.4g}  {r['dual']:>9.4g}")
+              f"{100 * s['accuracy']:>7.0f}%  {r['cars']:>11.4g}  {r['shared']:>9.4g}  {r['dual']:>9.4g}"
+              + (f"  {s['decided']:>7}/{s['cells']:<3}" if decided else ""))
+    if decided:
+        print("  beyond 2 SE: folds whose held-out L_s - L_d is more than two bootstrap standard errors "
+              "(resamples of that fold's queries) from zero; the others the fold itself cannot decide")
 
 
 def _merge_full_pool_sizes(per_size: list[dict]) -> list[dict]:
@@ -432,6 +441,10 @@ def _merge_full_pool_sizes(per_size: list[dict]) -> list[dict]:
             last.update(cells=n0 + n1, cars_dual=last["cars_dual"] + s["cars_dual"],
                         heldout_dual=last["heldout_dual"] + s["heldout_dual"], hi=s["size"],
                         label=f"{last['lo']}-{s['size']}")
+            if "decided" in last and "decided" in s:
+                last["decided"] += s["decided"]
+            else:
+                last.pop("decided", None)
         else:
             rows.append({**s, "regret": dict(s["regret"]), "lo": s["size"], "hi": s["size"], "label": str(s["size"])})
     return rows

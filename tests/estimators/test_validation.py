@@ -457,3 +457,51 @@ def test_fold_cells_defaults_are_validate_selections():
     for key in ("n_splits", "seed", "cv_folds", "sure", "projection"):
         assert a[key].default == b[key].default if key in b else a[key].default is None, key
     assert a["fold"].default == 0
+
+
+def test_held_out_bootstrap_standard_error_against_explicit_resamples():
+    """fold_cells(..., bootstrap=B): the resampled held-out queries drawn by hand from the documented
+    seed (SeedSequence(seed, spawn_key=(fold, 2_000_000))), each resample's moment formed row by row
+    and scored on the dense truncations."""
+    X, Yp, Yn = _data(n=90, p=12, seed=5)
+    D = Yp - Yn
+    train, test = list(range(60)), list(range(60, 90))
+    rows = fv.fold_cells(X, D, train, test, [16, 60], [2, 3], fold=3, seed=11, bootstrap=25, n_jobs=1)
+    ss = np.random.SeedSequence(11, spawn_key=(3, 2_000_000))
+    rng = np.random.default_rng(int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1)))
+    counts = rng.multinomial(30, np.full(30, 1 / 30), size=25)
+    for row in rows:
+        m, r = row["size"], row["rank"]
+        C = X[:m].T @ D[:m] / m
+        Ms, Md = shared_truncate(C, r, solver="dense"), dual_truncate(C, r, solver="dense")
+        diffs = []
+        for c in counts:
+            idx = np.repeat(np.asarray(test), c)
+            T = X[idx].T @ D[idx] / idx.size
+            diffs.append(heldout_loss(Ms, T) - heldout_loss(Md, T))
+        assert row["heldout_se"] == pytest.approx(np.std(diffs, ddof=1), rel=1e-7)
+    assert "heldout_se" not in fv.fold_cells(X, D, train, test, [16], [2], n_jobs=1)[0]  # off by default
+    for bad in (1, -3, True, 2.5):
+        with pytest.raises(ValueError, match="bootstrap: expected 0 or an integer >= 2"):
+            fv.fold_cells(X, D, train, test, [16], [2], bootstrap=bad)
+
+
+def test_validation_counts_the_folds_that_decide_each_size():
+    X, Yp, Yn = _data()
+    v = fv.validate_selection(X, Yp, Yn, 3, folds=3, n_splits=4, sizes=(32, 64), bootstrap=40)
+    for s in v.per_size:
+        cells = [c for c in v.cells if c["size"] == s["size"]]
+        by_hand = sum(abs(c["loss_shared"] - c["loss_dual"]) > 2 * c["heldout_se"] for c in cells)
+        assert s["decided"] == by_hand
+    off = fv.validate_selection(X, Yp, Yn, 3, folds=3, n_splits=4, sizes=(32, 64), bootstrap=0)
+    assert all("decided" not in s for s in off.per_size) and all("heldout_se" not in c for c in off.cells)
+    assert [c["loss_dual"] for c in off.cells] == [c["loss_dual"] for c in v.cells]  # nothing else moves
+
+
+def test_summarise_cells_counts_decided_cells_by_hand():
+    rows = [{**_row(0, 32, 1.0, 1.5, "shared"), "heldout_se": 0.2},   # |diff| .5 > .4: decided
+            {**_row(1, 32, 1.0, 0.9, "dual"), "heldout_se": 0.06},    # .1 < .12: not
+            {**_row(0, 64, 1.0, 0.7, "dual"), "heldout_se": 0.1}]     # .3 > .2: decided
+    by_size = {p["size"]: p for p in fv.summarise_cells(rows)["per_size"]}
+    assert by_size[32]["decided"] == 1 and by_size[64]["decided"] == 1
+    assert "decided" not in fv.summarise_cells([_row(0, 32, 1.0, 1.5, "shared")])["per_size"][0]

@@ -109,6 +109,8 @@ def test_cell_refuses_bad_ranks_and_counts(shared_dir):
         heldout_noise.cell(_cfg(shared_dir, ranks="4;8"))
     with pytest.raises(ValueError, match="bootstrap >= 2"):
         heldout_noise.cell(_cfg(shared_dir, bootstrap=1))
+    with pytest.raises(ValueError, match=r"heldout_folds: expected 1 to 5 \(the folds of the design\), got 6"):
+        heldout_noise.cell(_cfg(shared_dir, heldout_folds=6))
 
 
 def _frame(cfg, out):

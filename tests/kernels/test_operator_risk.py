@@ -296,3 +296,8 @@ def test_resampled_losses_refuse_bad_weights_and_ranks():
     Z = np.zeros((5, 4))
     with pytest.raises(ValueError, match="target moment M_w is zero"):
         resampled_losses(sp, Z, D, [1], ok)
+    G = (X @ X.T) * (D @ D.T)
+    with pytest.raises(ValueError, match=r"gram: expected shape \(5, 5\)"):
+        resampled_losses(sp, X, D, [1], ok, gram=G[:4, :4])
+    given = resampled_losses(sp, X, D, [1, 2], ok, gram=G)       # a formed gram: the same answer
+    assert np.allclose(given, resampled_losses(sp, X, D, [1, 2], ok), rtol=1e-13, atol=0)

@@ -36,6 +36,7 @@ from ..kernels.operator_risk import (
     centre,
     cross_validated_risk,
     prefix_moments,
+    resampled_losses,
     truncation_losses,
     truncation_spectra,
 )
@@ -56,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 #: Selection rules compared in every cell (Table 1 columns plus SURE).
 RULES = ("cars", "shared", "dual", "sure", "cv", "aniso")
+
+
+#: ``spawn_key = (fold, BOOTSTRAP_KEY)`` seeds the held-out bootstrap of a fold (apart from CARS's (fold, m)).
+BOOTSTRAP_KEY = 2_000_000
 
 
 def _derived_seed(seed: int, *coords: int) -> int:
@@ -114,6 +119,7 @@ def fold_cells(
     n_jobs: int | None = None,
     reduce: bool = True,
     cv_folds: int = 0,
+    bootstrap: int = 0,
 ) -> list[dict[str, Any]]:
     r"""Every (size, rank) cell of one held-out fold.
 
@@ -143,6 +149,10 @@ def fold_cells(
         training prefix, full space (computed in the prefix's row space when ``reduce`` applies
         and there is no projection: the same losses), seeded like CARS): keys
         ``cv_choice, cv_score, cv_se``.
+    bootstrap : when >= 2, that many resamples of the held-out queries (with replacement, seeded
+        ``SeedSequence(seed, spawn_key=(fold, 2_000_000))``, the same for every size and rank)
+        give the standard error of the held-out ``L_s - L_d`` (key ``heldout_se``;
+        :func:`asymgeo.kernels.operator_risk.resampled_losses`, no moment formed per resample).
 
     Returns
     -------
@@ -159,7 +169,7 @@ def fold_cells(
     and the SURE rule's shared point.
     """
     tasks = _fold_tasks(X, D, train_order, test_rows, sizes, ranks, fold=fold, n_splits=n_splits, seed=seed,
-                        projection=projection, sure=sure, reduce=reduce, cv_folds=cv_folds)
+                        projection=projection, sure=sure, reduce=reduce, cv_folds=cv_folds, bootstrap=bootstrap)
     p = np.asarray(X).shape[1]
     return _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p))
 
@@ -243,6 +253,7 @@ def _fold_tasks(
     sure: bool,
     reduce: bool,
     cv_folds: int,
+    bootstrap: int = 0,
 ) -> list[_SizeTask]:
     """Check one fold's inputs and return one task per training size (see :func:`fold_cells`)."""
     X, D, train, test, sizes = _check_fold_inputs(X, D, train_order, test_rows, sizes, projection)
@@ -259,10 +270,21 @@ def _fold_tasks(
     else:
         Xs, Ds = Xtr, Dtr
     top = max(rank_list)
+    resamples = None
+    if bootstrap:
+        if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 2:
+            raise ValueError(f"bootstrap: expected 0 or an integer >= 2, got {bootstrap!r}")
+        rng = np.random.default_rng(_derived_seed(seed, fold, BOOTSTRAP_KEY))
+        resamples = rng.multinomial(test.size, np.full(test.size, 1.0 / test.size), size=int(bootstrap)) / test.size
+        gram = (Xt @ Xt.T) * (Dt @ Dt.T)  # one per fold: every size and rank scores the same resamples
 
     def cells_at(m: int) -> list[dict[str, Any]]:
         spectra = truncation_spectra(moments[m], top, factors=(Xtr[:m], Dtr[:m], 1.0 / m))
         losses = truncation_losses(moments[m], M_test, rank_list, spectra=spectra)
+        heldout_se = None
+        if resamples is not None:
+            ls_b, ld_b = resampled_losses(spectra, Xt, Dt, [int(r) for r in losses.ranks], resamples, gram=gram)
+            heldout_se = np.std(ls_b - ld_b, axis=0, ddof=1)
         split_seed = _derived_seed(seed, fold, m)
         Xm, Dm = Xs[:m], Ds[:m]
         Q = row_space_basis(Xm, Dm, top) if reduce else None
@@ -300,6 +322,7 @@ def _fold_tasks(
                 "sure_choice": sure_choice,
                 "sure_score": sure_score,
                 **extra,
+                **({} if heldout_se is None else {"heldout_se": float(heldout_se[j])}),
             })
         return rows
 
@@ -340,7 +363,8 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ``fold_wins`` (folds where CARS's mean
     regret is strictly below both fixed rules'), ``folds`` (per-fold figures) and
     ``per_size`` (per training size: how many folds chose dual, how many held-out winners
-    were dual, accuracy and mean regrets).
+    were dual, accuracy and mean regrets, and, when every cell has ``heldout_se``, ``decided``:
+    the cells whose held-out winner leads by more than two bootstrap standard errors).
     """
     if not rows:
         raise ValueError("rows: no cells to summarise")
@@ -380,6 +404,8 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
             "mean_advantage": float(np.mean([c["loss_shared"] - c["loss_dual"] for c in cells])),
             "regret": {g: float(np.mean([r[g] for r in regs])) for g in rules},
+            **({"decided": int(sum(abs(c["loss_shared"] - c["loss_dual"]) > 2.0 * c["heldout_se"] for c in cells))}
+               if all("heldout_se" in c for c in cells) else {}),
         })
     return {
         "cars_accuracy": float(np.mean([fd["accuracy"] for fd in folds])),
@@ -473,6 +499,7 @@ def validate_selection(
     n_jobs: int | None = None,
     progress: bool | None = False,
     cv_folds: int = 0,
+    bootstrap: int = 200,
 ) -> SelectionValidation:
     r"""Five-fold held-out check of the CARS geometry decision at one rank (Table 1 protocol).
 
@@ -504,6 +531,9 @@ def validate_selection(
         on a terminal.
     cv_folds : when >= 2, also validate the cross-validated operator-risk selector with that
         many inner folds (regret ``"cv"``, cell keys ``cv_choice``).
+    bootstrap : resamples of each held-out fold for the standard error of its ``L_s - L_d``
+        (cell key ``heldout_se``; ``per_size[...]["decided"]`` counts the cells whose held-out
+        winner is more than two standard errors ahead); 0 turns it off.
     """
     X = as_float_matrix(X, "X")
     Yp = as_float_matrix(Y_pos, "Y_pos")
@@ -547,7 +577,8 @@ def validate_selection(
         fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
         tasks += _fold_tasks(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
-                             projection=projection, sure=sure, reduce=True, cv_folds=cv_folds)
+                             projection=projection, sure=sure, reduce=True, cv_folds=cv_folds,
+                             bootstrap=bootstrap)
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(tasks), desc=f"validate rank {rank}", unit="cell", disable=False if progress else

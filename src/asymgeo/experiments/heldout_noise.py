@@ -73,13 +73,14 @@ def _fold_rows(X: np.ndarray, D: np.ndarray, design: Any, ranks: list[int], half
         B[k, perm[half:]] = 1.0 / (n_t - half)
     boot = rng.multinomial(n_t, np.full(n_t, 1.0 / n_t), size=bootstrap) / n_t
     weights = np.vstack([np.full((1, n_t), 1.0 / n_t), A, B, boot])
+    gram = (Xt @ Xt.T) * (Dt @ Dt.T)
     Xtr, Dtr = X[train], D[train]
     moments = prefix_moments(Xtr, Dtr, design.sizes)
     rows: list[dict[str, Any]] = []
     diffs: dict[str, list[np.ndarray]] = {}
     for m in design.sizes:
         spectra = truncation_spectra(moments[m], max(ranks), factors=(Xtr[:m], Dtr[:m], 1.0 / m))
-        ls, ld = resampled_losses(spectra, Xt, Dt, ranks, weights)
+        ls, ld = resampled_losses(spectra, Xt, Dt, ranks, weights, gram=gram)
         a = slice(1, 1 + half_splits)
         b = slice(1 + half_splits, 1 + 2 * half_splits)
         bt = slice(1 + 2 * half_splits, None)
@@ -127,12 +128,17 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     half_splits, bootstrap = int(config["half_splits"]), int(config["bootstrap"])
     if half_splits < 1 or bootstrap < 2:
         raise ValueError(f"half_splits >= 1 and bootstrap >= 2 expected, got {half_splits}, {bootstrap}")
+    n_folds, k_folds = int(config.get("folds", 5)), int(config["heldout_folds"])
+    if not 1 <= k_folds <= n_folds:
+        raise ValueError(f"heldout_folds: expected 1 to {n_folds} (the folds of the design), got {k_folds}")
     base = cell_seed(int(config["master_seed"]), SEED_KEY)
     rows: list[dict[str, Any]] = []
     diffs: dict[str, list[list[np.ndarray]]] = {}
     n_test = []
-    for fold in range(int(config["heldout_folds"])):
-        design = fold_design(pool.ids, fold, int(config.get("folds", 5)))
+    for fold in range(k_folds):
+        design = fold_design(pool.ids, fold, n_folds)
+        if design.test_rows.size < 4:
+            raise ValueError(f"fold {fold}: {design.test_rows.size} held-out queries; halves need at least 4")
         X, D = fold_arrays(pool, design, str(config["centring"]))
         fr, fd = _fold_rows(X, D, design, ranks, half_splits, bootstrap, _derived_seed(base, fold))
         rows += fr

@@ -192,6 +192,8 @@ def resampled_losses(
     D: np.ndarray,
     ranks: Sequence[int],
     weights: np.ndarray,
+    *,
+    gram: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""``L_s`` and ``L_d`` of the truncations in ``spectra`` against reweighted held-out targets.
 
@@ -216,6 +218,8 @@ def resampled_losses(
     X, D : (n, p) held-out queries and ``Y_pos - Y_neg``.
     ranks : ranks r, each in [1, spectra.rank].
     weights : (K, n) target weights.
+    gram : ``(X X^T) * (D D^T)`` when already formed (the same held-out rows scored against many
+        training moments: form it once).
 
     Returns
     -------
@@ -241,7 +245,12 @@ def resampled_losses(
     h_s = np.cumsum((X @ Q) * (D @ Q) * eta, axis=1)[:, rs - 1]  # (n, R)
     h_d = np.cumsum((X @ spectra.left[:, :top]) * (D @ spectra.right[:, :top]) * s, axis=1)[:, rs - 1]
     norm_s, norm_d = np.cumsum(eta**2)[rs - 1], np.cumsum(s**2)[rs - 1]
-    G = (X @ X.T) * (D @ D.T)
+    if gram is None:
+        G = (X @ X.T) * (D @ D.T)
+    else:
+        G = as_float_matrix(gram, "gram")
+        if G.shape != (n, n):
+            raise ValueError(f"gram: expected shape ({n}, {n}) ((X X^T) * (D D^T) of the held-out rows), got {G.shape}")
     t2 = np.einsum("ki,ki->k", W @ G, W)
     if not np.all(t2 > 0):
         raise ValueError("weights: a target moment M_w is zero (its loss is undefined)")
