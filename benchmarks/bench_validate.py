@@ -135,7 +135,8 @@ def _library(X, Yp, Yn, rank, n_splits, seed, stages: _Stages):
     fv._sure_choice = stages.wrap("SURE", saved["_sure_choice"])
     fv.prefix_moments = stages.wrap("moments", saved["prefix_moments"])
     try:
-        return fv.validate_selection(X, Yp, Yn, rank, n_splits=n_splits, seed=seed)
+        # like for like with the direct loop, which has no held-out bootstrap
+        return fv.validate_selection(X, Yp, Yn, rank, n_splits=n_splits, seed=seed, bootstrap=0)
     finally:
         for k, v in saved.items():
             setattr(fv, k, v)
