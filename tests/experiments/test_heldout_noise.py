@@ -153,6 +153,11 @@ def test_summary_by_hand():
     assert s["cars_regret"] == pytest.approx((0.2 + (0.0 + 0.5) / 2) / 2)
     assert (s["cars_errors"], s["cars_errors_noisy"], s["noisy_cells"]) == (2, 1, 1)
     assert s["noisy_share"] == pytest.approx(0.2 / 0.7)
+    # the two decided cells (fold 1): dual wins the second, shared the first; CARS picks shared twice
+    assert (s["decided_accuracy_cars"], s["decided_accuracy_shared"], s["decided_accuracy_dual"]) == (0.5, 0.5, 0.5)
+    rows.loc[2, "cars_choice"] = "dual"            # now right on both decided cells; the noisy one not counted
+    s = heldout_noise.summarise(rows).iloc[0]
+    assert (s["decided_accuracy_cars"], s["decided_accuracy_shared"], s["decided_accuracy_dual"]) == (1.0, 0.5, 0.5)
 
 
 def test_section_from_the_run_then_from_its_committed_tables(tmp_path, small_cell):

@@ -212,6 +212,10 @@ def join_selectors(rows, selector_cells):
     return joined.drop(columns=["sel_loss_shared", "sel_loss_dual"])
 
 
+def _pick(row: dict[str, Any], rule: str) -> str:
+    return rule if rule in ("shared", "dual") else str(row[f"{rule}_choice"])
+
+
 def _half_regret(row: dict[str, Any], rule: str) -> float:
     if rule in ("shared", "dual", "oracle"):
         return float(row[f"half_regret_{rule}"])
@@ -241,6 +245,11 @@ def summarise(joined):
         row["cars_errors_noisy"] = int(((regret > 0) & noisy).sum())
         row["noisy_share"] = float(regret[noisy].sum() / regret.sum()) if regret.sum() > 0 else float("nan")
         row["noisy_cells"] = int(noisy.sum())
+        decided = ~noisy
+        for rule in ("cars", "shared", "dual"):  # accuracy on the cells the fold decides (ties to shared)
+            right = [(_pick(r, rule) == ("dual" if r["loss_dual"] < r["loss_shared"] else "shared")) for r in recs]
+            row[f"decided_accuracy_{rule}"] = (float(np.mean(np.asarray(right)[decided])) if decided.any()
+                                               else float("nan"))
         out.append(row)
     return pd.DataFrame(out)
 
@@ -269,7 +278,9 @@ def report_section(joined, rel, out_dir: str | Path | None = None, suffix: str =
              f"{r.oracle_ratio:.2f}" if np.isfinite(r.oracle_ratio) else "–"] for r in s.itertuples()]
     noise_rows = [[r.dataset, r.encoder, r.centring, _fmt(r.cars_regret), f"{r.cars_errors} of {r.cells}",
                    f"{r.cars_errors_noisy} of {r.cars_errors}", _fmt(r.noisy_share, True),
-                   f"{r.noisy_cells} of {r.cells}"] for r in s.itertuples()]
+                   f"{r.noisy_cells} of {r.cells}",
+                   " / ".join(_fmt(getattr(r, f"decided_accuracy_{g}"), True) for g in ("cars", "shared", "dual"))]
+                  for r in s.itertuples()]
     by_data = s.groupby("dataset")[["half_regret_cars", "half_regret_oracle"]].mean()
     data_lines = [f"- {d}: CARS {_fmt(v.half_regret_cars)}, half-fold oracle {_fmt(v.half_regret_oracle)} "
                   f"(ratio {v.half_regret_oracle / v.half_regret_cars:.2f}; halving CARS's regret is a ratio of "
@@ -324,7 +335,8 @@ def report_section(joined, rel, out_dir: str | Path | None = None, suffix: str =
         "bootstrap standard errors of zero (the fold itself cannot tell the families apart at 95%):",
         "",
         md_table(["dataset", "encoder", "centring", "CARS regret", "CARS errors", "errors within 2 SE",
-                  "share of CARS's regret within 2 SE", "cells within 2 SE"], noise_rows),
+                  "share of CARS's regret within 2 SE", "cells within 2 SE",
+                  "accuracy on the other cells: CARS / shared / dual"], noise_rows),
         "",
         "Split-half reliability of the held-out difference within a training size: Spearman's correlation "
         "over folds x ranks of L_s - L_d on one half of the held-out fold with the other half's, averaged "
