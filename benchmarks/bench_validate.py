@@ -127,19 +127,23 @@ def _cells(X, Yp, Yn, rank, n_splits, seed, *, reduce: bool, moments_by_rows: bo
 
 
 def _library(X, Yp, Yn, rank, n_splits, seed, stages: _Stages):
-    saved = {k: getattr(fv, k) for k in ("cars_score", "truncation_spectra", "truncation_losses", "_sure_choice",
-                                         "prefix_moments")}
-    fv.cars_score = stages.wrap_cars(saved["cars_score"])
-    fv.truncation_spectra = stages.wrap("losses", saved["truncation_spectra"])
-    fv.truncation_losses = stages.wrap("losses", saved["truncation_losses"])
-    fv._sure_choice = stages.wrap("SURE", saved["_sure_choice"])
-    fv.prefix_moments = stages.wrap("moments", saved["prefix_moments"])
+    import asymgeo.selectors.cars as cars_rule
+    import asymgeo.selectors.sure as sure_rule
+
+    saved = [(fv, k, getattr(fv, k)) for k in ("truncation_spectra", "truncation_losses", "prefix_moments")]
+    saved += [(cars_rule, "cars_score", cars_rule.cars_score), (sure_rule, "sure_statistic", sure_rule.sure_statistic)]
+    cars_rule.cars_score = stages.wrap_cars(cars_rule.cars_score)          # the registry's CARS rule calls it
+    sure_rule.sure_statistic = stages.wrap("SURE", sure_rule.sure_statistic)
+    fv.truncation_spectra = stages.wrap("losses", fv.truncation_spectra)
+    fv.truncation_losses = stages.wrap("losses", fv.truncation_losses)
+    fv.prefix_moments = stages.wrap("moments", fv.prefix_moments)
     try:
-        # like for like with the direct loop, which has no held-out bootstrap
+        # like for like with the direct loop, which has no held-out bootstrap (the default rules, as
+        # the command runs them: CARS, SURE and anisotropic SURE)
         return fv.validate_selection(X, Yp, Yn, rank, n_splits=n_splits, seed=seed, bootstrap=0)
     finally:
-        for k, v in saved.items():
-            setattr(fv, k, v)
+        for module, k, v in saved:
+            setattr(module, k, v)
 
 
 def _same(a_cells, b_cells) -> bool:

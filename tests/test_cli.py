@@ -613,6 +613,7 @@ def test_select_verdict_sentences():
 
     def v(cars, shared, red, heldout_dual=5):
         return {"accuracy": {"cars": cars, "shared": shared, "dual": 1 - shared}, "reduction": red,
+                "regret": {"cars": 1.0 - red, "shared": 1.0, "dual": 1.0},
                 "per_size": [{"size": 517, "cells": 2, "heldout_dual": 2, "cars_dual": 2, "accuracy": 1.0,
                               "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}},
                              {"size": 518, "cells": 3, "heldout_dual": heldout_dual - 2, "cars_dual": 3,
@@ -681,7 +682,7 @@ def test_select_validate_plot_draws_the_cells(capsys, tmp_path):
         at = [c for c in cells if c["size"] == m]
         assert mean == pytest.approx(sum(c["loss_shared"] - c["loss_dual"] for c in at) / len(at))
         assert share == sum(c["cars_choice"] == "dual" for c in at) / len(at)
-    assert set(cur["dual_share"]) == {"held-out", "cars", "sure"}
+    assert set(cur["dual_share"]) == {"held-out", "cars", "sure", "anisotropic"}
     # refused before any work: without --validate, not a .png, a folder that cannot take the file
     for bad, message in ((["--plot", str(tmp_path / "x.png")], "add --validate"),
                          (["--validate", "--plot", str(tmp_path / "x.svg")], "expected a .png"),
@@ -706,7 +707,8 @@ def test_select_with_the_anisotropic_selector(capsys):
     want = anisotropic_sure(tr.X.astype(float), tr.Y_pos.astype(float) - tr.Y_neg, 4)
     assert got["choice"] == want.choice and got["anisotropic"]["threshold"] == pytest.approx(want.threshold, rel=1e-9)
     v = got["validation"]
-    assert v["accuracy"]["selector"] == v["accuracy"]["aniso"] and v["regret"]["selector"] == v["regret"]["aniso"]
+    assert v["accuracy"]["selector"] == v["accuracy"]["anisotropic"]
+    assert v["regret"]["selector"] == v["regret"]["anisotropic"]
     assert "anisotropic SURE" in got["verdict"]
 
 
@@ -816,7 +818,8 @@ def test_select_verdict_counts_the_folds_the_held_out_data_decides():
                  "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}},
                 {"size": 518, "cells": 3, "heldout_dual": 3, "cars_dual": 3, "accuracy": 1.0, "decided": 2,
                  "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}}]
-    v = {"accuracy": {"cars": 0.95, "shared": 0.5, "dual": 0.5}, "reduction": 0.84, "per_size": per_size}
+    v = {"accuracy": {"cars": 0.95, "shared": 0.5, "dual": 0.5}, "reduction": 0.84, "per_size": per_size,
+         "regret": {"cars": 0.16, "shared": 1.0, "dual": 1.0}}
     assert select_verdict("dual", v).endswith(
         "in 5 of 5 folds (held-out difference beyond two bootstrap standard errors in 3 of 5)")
     per_size[0].pop("decided")                  # one size without the count: no count for the merged row

@@ -187,7 +187,7 @@ def test_validation_scores_on_cuda_equal_the_cpu_ones(tmp_path):
 
 
 def test_embed_workers_take_one_gpu_each():
-    from asymgeo.data.cache import _worker_devices
+    from asymgeo.data.encode_workers import _worker_devices
 
     assert _worker_devices(None, None) == [f"cuda:{k}" for k in range(torch.cuda.device_count())]
     assert _worker_devices(None, "cpu") == ["cpu"]

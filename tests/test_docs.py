@@ -53,3 +53,19 @@ def test_every_rq3_config_the_pages_cite_is_in_the_repository():
     configs |= {p.stem for p in (ROOT / "src" / "asymgeo" / "experiments" / "configs").glob("*.toml")}
     assert names <= configs, names - configs
     assert "--config-dir" not in text
+
+
+def test_every_planted_fault_still_finds_its_text():
+    """tools/plant_faults.py plants each fault by replacing a text that must occur in its file; a
+    refactor that moves the text would silently drop the fault from the next run (issue 35 moved
+    eight of them), so the texts are checked here on every run of the suite."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("plant_faults", root / "tools" / "plant_faults.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    gone = [f"{rel}: {what}" for what, rel, old, _new, _args in module.FAULTS
+            if old not in (root / "src" / "asymgeo" / rel).read_text()]
+    assert not gone, "planted faults whose text moved (update tools/plant_faults.py):\n" + "\n".join(gone)

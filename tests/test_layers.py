@@ -135,7 +135,7 @@ GRAPH = import_graph()
 
 
 def test_the_table_names_the_layers():
-    assert TABLE["_validation.py"] < TABLE["linalg/"] < TABLE["kernels/"] < TABLE["estimators/"]
+    assert TABLE["_validation.py"] < TABLE["linalg/"] < TABLE["kernels/"] < TABLE["selectors/"] < TABLE["estimators/"]
     assert TABLE["estimators/"] < TABLE["retrieval/"] < TABLE["data/"] < TABLE["adapters/"]
     assert TABLE["adapters/"] < TABLE["experiments/"] < TABLE["cli.py"] < TABLE["__init__.py"]
 
@@ -147,13 +147,13 @@ def _layer_names(text: str) -> dict[int, str]:
 
 
 def test_the_layout_shows_the_layers():
-    """Layers 1 to 7 are one folder each; the root holds only the foundation, the CLI and the namespace."""
+    """Layers 1 to 8 are one folder each; the root holds only the foundation, the CLI and the namespace."""
     names = _layer_names(ARCHITECTURE.read_text())
-    for layer in range(1, 8):
+    for layer in range(1, 9):
         entries = [e for e, n in TABLE.items() if n == layer]
         assert entries == [f"{names[layer].lower()}/"], (layer, entries)
     root_modules = {p.name for p in PACKAGE.glob("*.py")}
-    allowed = {e for e, n in TABLE.items() if e.endswith(".py") and n in (0, 8, 9)}
+    allowed = {e for e, n in TABLE.items() if e.endswith(".py") and n in (0, 9, 10)}
     assert root_modules == allowed, f"root modules outside the foundation/CLI/package: {sorted(root_modules ^ allowed)}"
     folders = {p.name + "/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert folders == {e for e in TABLE if e.endswith("/")}
@@ -235,3 +235,72 @@ def test_layer_table_parsing():
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__])
+
+
+# ----------------------------------------------------------------- selector dispatch (issue 35)
+def _rule_names() -> set[str]:
+    from asymgeo.selectors.catalogue import ALIASES, BUILTIN_RULES
+
+    return set(BUILTIN_RULES) | set(ALIASES)
+
+
+_NAMEISH = re.compile(r"selector|rule|\.name\b|method", re.I)
+
+
+def _constant_strings(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [s for e in node.elts for s in _constant_strings(e)]
+    return []
+
+
+def selector_dispatch(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, text)`` of every place that decides by a rule's *name*: a comparison of something
+    named like a selector / rule (``selector == "cv"``, ``rule.name in ("sure", ...)``) with a
+    registered name, or a dict keyed by two or more registered names with constant values (a
+    per-rule lookup table such as names to labels)."""
+    found: list[tuple[int, str]] = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            consts = [s for side in sides for s in _constant_strings(side)]
+            others = [ast.unparse(side) for side in sides if not _constant_strings(side)]
+            if set(consts) & names and any(_NAMEISH.search(o) for o in others):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+            constant_values = all(isinstance(v, ast.Constant) for v in node.values)
+            if len(set(keys) & names) >= 2 and constant_values:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_selector_dispatch_happens_only_in_the_registry():
+    """Outside ``asymgeo/selectors/`` no code chooses what to do by a rule's name: callers look
+    rules up (``get_rule``) and read what a rule declares (``needs``, ``sees_projection``, ...)."""
+    names = _rule_names()
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "selectors":
+            continue
+        for line, text in selector_dispatch(path.read_text(), names):
+            offenders.append(f"{path.relative_to(PACKAGE)}:{line}: {text}")
+    assert not offenders, "dispatch on selector names outside the registry:\n" + "\n".join(offenders)
+
+
+@pytest.mark.parametrize("code", [
+    'if args.selector == "cv":\n    pass',
+    'x = rule.name in ("sure", "anisotropic")',
+    'name = {"cars": "CARS", "cv": "cross-validated risk"}.get(selector)',
+    'if selector not in ("cars", "sure", "anisotropic"):\n    pass',
+])
+def test_the_dispatch_check_sees_a_name_chain(code):
+    # the check above can fail: each of 0.2.0's patterns is found
+    assert selector_dispatch(code, _rule_names())
+
+
+def test_the_dispatch_check_leaves_other_comparisons_alone():
+    code = 'if split == "validation":\n    pass\nif selector != DEFAULT:\n    pass\nok = "trained" in rule.needs'
+    assert selector_dispatch(code, _rule_names()) == []

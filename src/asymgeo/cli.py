@@ -139,6 +139,13 @@ def _run_embed(args) -> int:
 
 
 # --------------------------------------------------------------------------- select
+def _selector_names(command: str) -> str:
+    """The built-in selector names for ``--help`` (read from the registry's catalogue: no numpy)."""
+    from .selectors.catalogue import BUILTIN_RULES
+
+    return ", ".join(BUILTIN_RULES) + ("" if command == "fit" else " (validation: fit --geometry auto only)")
+
+
 _MAX_SPLITS = 10_000  # the standard error is settled long before; more only burns minutes
 
 
@@ -160,11 +167,9 @@ def _add_select(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--validate", action="store_true",
                    help="also run the five-fold held-out check of the decision (paper Table 1 protocol)")
-    p.add_argument("--selector", choices=["cars", "cv", "anisotropic", "ranking"], default="cars",
-                   help="cars (eq. 7, default); cv: cross-validated operator risk, 5 folds inside the "
-                        "training triples, dual only when it wins by more than one standard error; anisotropic: "
-                        "SURE with the dual-only directions priced by their own noise; ranking: 20%% of the "
-                        "queries held out, the closed-form I + cM of each family by their NDCG@10 (exact search)")
+    p.add_argument("--selector", default="cars", metavar="NAME",
+                   help="a rule of the selector registry (docs/selectors.md): " + _selector_names("select")
+                        + "; cars (eq. 7) by default; ranking holds out 20%% of the queries and searches the corpus")
     p.add_argument("--centred", action="store_true",
                    help="centre queries and Y+ - Y- first: decide on the directional part only (the rank-1 "
                         "mean term, identical for both geometries as a fixed bias, left out)")
@@ -203,48 +208,48 @@ def _check_select_args(args) -> None:
 
 
 def _selector_decision(args, tr, X, D, Xc, Dc, cars):
-    """``(choice, cv, other)``: the named selector's decision on the raw or centred triples (``other``:
-    the anisotropic SURE or ranking result)."""
-    from typing import Any
+    """The registry rule ``--selector``'s :class:`~asymgeo.selectors.Decision` on the raw or centred
+    triples (``cars``: the CARS result already computed on them)."""
+    from .selectors.cars import cars_decision
+    from .selectors.registry import SelectionContext, get_rule
 
-    import numpy as np
+    rule = get_rule(args.selector, argument="--selector")
+    Xs, Ds = (Xc, Dc) if args.centred else (X, D)
+    context = SelectionContext(n_splits=args.n_splits, selector_dim=args.selector_dim, cv_folds=5,
+                               cars=cars_decision(cars))
+    if "retrieval" in rule.needs:  # a fifth of these queries held out, searched over the corpus
+        import numpy as np
 
-    cv = None
-    aniso: Any = None
-    if args.selector == "cv":
-        from .kernels.operator_risk import cross_validated_risk
-
-        cv = (cross_validated_risk(Xc, Dc, np.zeros_like(Dc), args.rank, folds=5, seed=args.seed) if args.centred
-              else cross_validated_risk(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=5, seed=args.seed))
-    if args.selector == "anisotropic":
-        from .kernels.theory import anisotropic_sure
-
-        aniso = anisotropic_sure(Xc, Dc, args.rank) if args.centred else anisotropic_sure(X, D, args.rank)
-    if args.selector == "ranking":
         from .data import load_beir, load_embeddings
-        from .retrieval.ranking_selector import ranking_choice_on_pool
+        from .retrieval.ranking_selector import pool_validation, ranking_scorer
 
         ds = load_beir(args.dataset, data_dir=args.data_dir)
         emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
-        aniso = ranking_choice_on_pool(X if not args.centred else Xc, D if not args.centred else Dc,
-                                       tr.query_ids, ds.all_qrels(), np.asarray(emb.corpus, dtype=np.float32),
-                                       emb.corpus_ids, args.rank, seed=args.seed)
-    choice = cv.choice if cv is not None else aniso.choice if aniso is not None else cars.choice
-    return choice, cv, aniso
+        corpus = np.asarray(emb.corpus, dtype=np.float32)
+        Xs, Ds, V, table = pool_validation(Xs, Ds, tr.query_ids, ds.all_qrels(), corpus, emb.corpus_ids, seed=args.seed)
+        context = context.with_(score_operator=ranking_scorer(V, table, corpus), cars=None)
+    return rule.decide(Xs, Ds, args.rank, seed=args.seed, context=context)
 
 
-def _decision_detail(selector: str, cv, other, cars) -> str:
-    if cv is not None:
-        return (f" (cv: held-out L_s - L_d {cv.score:.4g} +/- {cv.standard_error:.2g} over {cv.folds} folds; "
-                f"CARS: {cars.choice})")
-    if selector == "anisotropic":
-        return (f" (anisotropic SURE: ||Pi_A Z||^2 = {other.statistic:.4g} vs 2 tr(Pi_A Sigma) = "
-                f"{other.threshold:.4g}; isotropic 2 sigma^2 k = {other.isotropic_threshold:.4g}; CARS: {cars.choice})")
-    if selector == "ranking":
-        return (f" (ranking: validation NDCG@10 shared {other.ndcg['shared']:.4f} (c = {other.scale['shared']:g}), "
-                f"dual {other.ndcg['dual']:.4f} (c = {other.scale['dual']:g}), dual - shared {other.diff:+.4f} +/- "
-                f"{other.standard_error:.4f} over {other.n_validation} held-out queries; CARS: {cars.choice})")
-    return ""
+def _check_selector(args) -> None:
+    """``--selector`` names a registered rule that ``select`` can run (before any data is loaded)."""
+    from .selectors.registry import get_rule
+
+    rule = get_rule(args.selector, argument="--selector")
+    if "trained" in rule.needs:
+        raise ValueError(f"--selector {rule.name}: needs both families trained; use `asymgeo fit --geometry auto "
+                         f"--selector {rule.name}`")
+    args.selector = rule.name  # an alias resolved once
+
+
+def _decision_detail(decision, cars) -> str:
+    from .selectors.catalogue import REFERENCE_RULE
+    from .selectors.registry import get_rule
+
+    if decision.rule == REFERENCE_RULE:  # CARS's own score is the next line
+        return ""
+    rule = get_rule(decision.rule)
+    return f" ({rule.label}: {rule.explain(decision)}; CARS: {cars.choice})"
 
 
 def _run_select(args) -> int:
@@ -255,6 +260,7 @@ def _run_select(args) -> int:
     from .kernels.selection import cars_score
 
     _check_select_args(args)
+    _check_selector(args)
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir,
                       require=True)
     if args.validate:
@@ -281,11 +287,12 @@ def _run_select(args) -> int:
         return cars_score(tr.X, tr.Y_pos, tr.Y_neg, args.rank, n_splits=args.n_splits, seed=args.seed,
                           selector_dim=args.selector_dim)
 
-    import dataclasses
+    from .selectors.catalogue import REFERENCE_RULE
 
     res = cars_on(args.centred)
     other = cars_on(not args.centred)  # what centring changes (or what the raw triples say)
-    choice, cv, aniso = _selector_decision(args, tr, X, D, Xc, Dc, res)
+    decision = _selector_decision(args, tr, X, D, Xc, Dc, res)
+    choice = decision.choice
     moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
@@ -297,8 +304,9 @@ def _run_select(args) -> int:
     if args.json:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
                "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
-               "cars": res.as_dict(), **({"cv": cv.as_dict()} if cv is not None else {}),
-               **({args.selector: dataclasses.asdict(aniso)} if aniso is not None else {}),
+               "cars": res.as_dict(), "decision": decision.as_dict(),
+               **({args.selector: _native_dict(decision.result)} if decision.rule != REFERENCE_RULE and
+                  decision.result is not None else {}),
                "approximation_gap": gap.as_dict(), "mean_term": mean_info}
         if validation is not None:
             out["validation"] = validation
@@ -309,7 +317,7 @@ def _run_select(args) -> int:
     print(f"verdict: {verdict}")
     print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
           f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
-    print(f"decision: {choice}" + _decision_detail(args.selector, cv, aniso, res))
+    print(f"decision: {choice}" + _decision_detail(decision, res))
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
           "these triples; not a sampling error: --validate measures how often the decision holds)")
     print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
@@ -323,26 +331,31 @@ def _run_select(args) -> int:
     return 0
 
 
+def _native_dict(result) -> dict:
+    """A rule's native result as JSON (its ``as_dict`` or its dataclass fields)."""
+    import dataclasses
+
+    return result.as_dict() if hasattr(result, "as_dict") else dataclasses.asdict(result)
+
+
 def select_verdict(choice: str, validation: dict | None, selector: str = "cars") -> str:
     """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
     the largest validated training size (the one closest to the user's pool), or that the data
     cannot tell."""
-    name = {"cars": "CARS", "cv": "cross-validated risk", "anisotropic": "anisotropic SURE",
-            "ranking": "ranking-aware"}.get(selector, selector)
+    from .selectors.registry import get_rule
+
+    name = get_rule(selector).label
     if validation is None:
         return (f"{choice} ({name}); not validated: --validate shows how often this choice wins on held-out "
                 "folds of these queries")
-    rule = {"anisotropic": "aniso"}.get(selector, selector)  # its key in the validation's tables
-    if rule not in validation["accuracy"]:
+    if selector not in validation["accuracy"]:
         return (f"{choice} ({name}); --validate scores the triple-based selectors only (this one needs the corpus: "
                 "`asymgeo reproduce selectors` validates it on the Table 1 design)")
-    acc = {**validation["accuracy"], "cars": validation["accuracy"][rule]}
-    if selector == "cars":
-        red = float("nan") if validation["reduction"] is None else float(validation["reduction"])
-    else:
-        reg = validation["regret"]
-        better = min(reg["shared"], reg["dual"])
-        red = 1.0 - reg[rule] / better if better > 0 else float("nan")
+    acc = validation["accuracy"]
+    acc_rule = acc[selector]
+    reg = validation["regret"]
+    better = min(reg["shared"], reg["dual"])
+    red = 1.0 - reg[selector] / better if better > 0 else float("nan")
     best_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
@@ -351,17 +364,17 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
         at += (f" (held-out difference beyond two bootstrap standard errors in {last['decided']} of "
                f"{last['cells']})")
     red_txt = f"{100 * red:.0f}%" if red == red else "–"
-    if red < -1e-9 or acc["cars"] < acc[best_fixed] - 1e-9:
+    if red < -1e-9 or acc_rule < acc[best_fixed] - 1e-9:
         return (f"validation does not support {choice} ({name}): always-{best_fixed} did better on held-out folds "
-                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc['cars']:.1f}%, the selector's regret "
+                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc_rule:.1f}%, the selector's regret "
                 + (f"{100 * -red:.0f}% above" if red < 0 else f"{red_txt} below") + f" the better fixed rule's); {at}")
-    if acc["cars"] <= acc[best_fixed] + 1e-9 and not red > 1e-9:
+    if acc_rule <= acc[best_fixed] + 1e-9 and not red > 1e-9:
         return (f"{choice} ({name}), but the selector adds nothing here: always-{best_fixed} is as accurate "
                 f"({100 * acc[best_fixed]:.1f}%) with regret as low; {at}")
-    if red >= 0.5 and acc["cars"] > acc[best_fixed]:
+    if red >= 0.5 and acc_rule > acc[best_fixed]:
         return f"validation supports {choice} ({name}): regret {red_txt} below always-{best_fixed}; {at}"
     return (f"the data cannot tell: {name} picks {choice}, regret {red_txt} below the better fixed rule, accuracy "
-            f"{100 * acc['cars']:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
+            f"{100 * acc_rule:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
 
 
 def _plot_select_validation(args, tr, validation: dict | None) -> None:
@@ -379,19 +392,21 @@ def _select_validation(args, tr) -> dict:
     from .estimators.validation import validate_selection
 
     t0 = time.perf_counter()
+    from .estimators.validation import validation_rules
+    from .selectors.registry import get_rule
+
+    selector = getattr(args, "selector", "cars")
+    rule = get_rule(selector)
+    names = [r.name for r in validation_rules()] + ([rule.name] if rule.triples_only else [])
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
                            selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,
-                           centred=bool(getattr(args, "centred", False)), progress=None,
-                           cv_folds=5 if getattr(args, "selector", "cars") == "cv" else 0)
-    selector = getattr(args, "selector", "cars")
-    rule = {"anisotropic": "aniso"}.get(selector, selector)
+                           centred=bool(getattr(args, "centred", False)), progress=None, cv_folds=5, rules=names)
     accuracy, regret = dict(v.accuracy), dict(v.regret)  # every rule's, within folds then over folds
-    if rule in v.accuracy:  # ranking needs a corpus: validated by `asymgeo reproduce selectors`, not here
-        accuracy["selector"], regret["selector"] = v.accuracy[rule], v.regret[rule]
+    if rule.name in v.accuracy:  # ranking needs a corpus: validated by `asymgeo reproduce selectors`, not here
+        accuracy["selector"], regret["selector"] = v.accuracy[rule.name], v.regret[rule.name]
     return {**v.as_dict(), "accuracy": accuracy, "regret": regret, "selector": selector,
-            "cells": [{k: c[k] for k in ("fold", "size", "cars_score", "cars_choice", "sure_choice", "cv_choice",
-                                         "aniso_choice", "loss_shared", "loss_dual", "heldout_se")
-                       if k in c} for c in v.cells],
+            "cells": [{k: c[k] for k in c if k in ("fold", "size", "cars_score", "loss_shared", "loss_dual",
+                                                   "heldout_se") or k.endswith("_choice")} for c in v.cells],
             "seconds": round(time.perf_counter() - t0, 2)}
 
 
@@ -406,12 +421,15 @@ def _print_validation(v: dict) -> None:
     red = float("nan") if v["reduction"] is None else float(v["reduction"])
     if red == red:
         print(f"  CARS's regret is {100 * abs(red):.0f}% {'below' if red >= 0 else 'above'} the better fixed rule's")
-    if "cv" in acc:
-        print(f"  cross-validated risk chose the lower held-out loss in {100 * acc['cv']:.1f}% of cells")
+    from .selectors.catalogue import REFERENCE_RULE
+    from .selectors.registry import get_rule
+
+    others = [g for g in reg if g not in (REFERENCE_RULE, "shared", "dual", "selector")]
+    chosen = v.get("selector", REFERENCE_RULE)
+    if chosen in others:
+        print(f"  {get_rule(chosen).label} chose the lower held-out loss in {100 * acc[chosen]:.1f}% of cells")
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
-          f"always-dual {reg['dual']:.4g}" + (f", SURE {reg['sure']:.4g}" if "sure" in reg else "")
-          + (f", cross-validated risk {reg['cv']:.4g}" if "cv" in reg else "")
-          + (f", anisotropic SURE {reg['aniso']:.4g}" if "aniso" in reg else ""))
+          f"always-dual {reg['dual']:.4g}" + "".join(f", {get_rule(g).label} {reg[g]:.4g}" for g in others))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")
     sizes = _merge_full_pool_sizes(v["per_size"])
     decided = all("decided" in s for s in sizes)
@@ -586,11 +604,11 @@ def _add_fit(sub):
     p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
                    help="adapter family; auto: train both, keep the better on validation NDCG@10 "
                         "(shared within one standard error; CARS, eq. 7, reported beside it)")
-    p.add_argument("--selector", choices=["validation", "ranking", "cars", "cv", "anisotropic"],
-                   default=_FIT_DEFAULTS["selector"],
-                   help="with --geometry auto, how the family is decided: validation (default: train both, keep the "
-                        "better); ranking (the closed-form I + cM's validation NDCG@10, then train one); cars, cv, "
-                        "anisotropic (from the training triples, then train one)")
+    p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
+                   help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
+                        + "; validation (default: train both, keep the better); ranking (the closed-form I + cM's "
+                          "validation NDCG@10, then train one); the others decide from the training triples, then "
+                          "train one")
     p.add_argument("--rank", type=int, default=16, help="rank r (default 16)")
     p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
                    help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")
@@ -633,7 +651,10 @@ def _run_fit(args) -> int:
             raise ValueError(f"--plot: {args.plot}: expected a .png file name")
         check_writable_parent(args.plot, "--plot")
         _check_plot_folder(args.plot)
-    if args.selector != "validation" and args.geometry != "auto":
+    from .selectors.registry import get_rule
+
+    args.selector = get_rule(args.selector, argument="--selector").name
+    if args.selector != _FIT_DEFAULTS["selector"] and args.geometry != "auto":
         raise ValueError(f"--selector {args.selector}: decides the family of --geometry auto only")
     if args.device is not None:  # a bad device is named before any data is loaded
         from .data.encoders import check_device

@@ -315,7 +315,8 @@ def test_choose_family_record_by_hand():
     r = choose_family(V, table, corpus, good, bad, _Cars("dual", 0.3, 0.1), corpus_ids=ids)
     want = {"choice": "shared", "rule": "validation", "validation_shared": 1.0,
             "validation_dual": float(dual.mean()), "diff": float(d.mean()), "standard_error": se,
-            "n_validation": 2, "cars_choice": "dual", "cars_score": 0.3, "cars_standard_error": 0.1}
+            "n_validation": 2, "cars_choice": "dual", "cars_score": 0.3, "cars_standard_error": 0.1,
+            "selector": "validation"}
     assert set(r) == set(want)
     for key, value in want.items():
         assert r[key] == (value if isinstance(value, str) else pytest.approx(value, rel=1e-12)), key
@@ -538,7 +539,7 @@ def test_auto_fit_with_a_named_selector_trains_only_the_chosen_family(shared_dir
     from asymgeo.kernels.selection import cars_score
 
     cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 4, seed=0)
-    common = {"rule": selector, "cars_choice": cars.choice, "cars_score": float(cars.score),
+    common = {"rule": selector, "selector": selector, "cars_choice": cars.choice, "cars_score": float(cars.score),
               "cars_standard_error": float(cars.standard_error)}
     if selector == "ranking":
         want = ranking_choice(X, D, seen["V"], seen["table"], seen["corpus"], 4)
@@ -547,15 +548,22 @@ def test_auto_fit_with_a_named_selector_trains_only_the_chosen_family(shared_dir
                     "n_validation": want.n_validation, "scale": want.scale}
     elif selector == "cv":
         cv = cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=0)
-        expected = {**common, "choice": cv.choice, "diff": cv.score, "standard_error": cv.standard_error}
+        expected = {**common, "choice": cv.choice, "diff": cv.score, "standard_error": cv.standard_error,
+                    "folds": 5, "differences": list(cv.differences), "seed": 0}
     elif selector == "anisotropic":
         an = anisotropic_sure(X, D, 4)
-        expected = {**common, "choice": an.choice, "statistic": an.statistic, "threshold": an.threshold}
+        expected = {**common, "choice": an.choice, "diff": an.score, "statistic": an.statistic,
+                    "threshold": an.threshold, "isotropic_threshold": an.isotropic_threshold, "k": an.k, "n": an.n}
     else:
-        expected = {**common, "choice": cars.choice}
+        expected = {**common, "choice": cars.choice, "diff": cars.score, "standard_error": cars.standard_error,
+                    "raw_distance": cars.raw_distance, "corrected_distance": cars.corrected_distance, "n": cars.n,
+                    "n_splits": 20, "selector_dim": None, "seed": 0}
     assert set(a) == set(expected)
     for key, value in expected.items():
-        assert a[key] == (pytest.approx(value, rel=1e-12, abs=1e-15) if isinstance(value, float) else value), key
+        if isinstance(value, list):
+            assert a[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+        else:
+            assert a[key] == (pytest.approx(value, rel=1e-12, abs=1e-15) if isinstance(value, float) else value), key
     with pytest.raises(ValueError, match="geometry='auto' only"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector=selector, data_dir=shared_dir / "data",
                     cache_dir=shared_dir / "embeddings")
@@ -566,9 +574,9 @@ def test_fit_adapter_refuses_unknown_choices_before_loading_anything(tmp_path):
     # a data folder that does not exist: the argument checks come first, so they are what fails
     with pytest.raises(ValueError, match="selection: expected one of 'all', 'document_disjoint', got 'test'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", selection="test", data_dir=tmp_path)
-    with pytest.raises(ValueError, match="selector: expected one of 'validation', 'ranking', 'cars', 'cv', "
-                                         "'anisotropic', got 'sure'"):
-        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="sure", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="selector: expected one of 'cars', 'sure', 'anisotropic', 'cv', 'cv0', "
+                                         "'pairwise', 'ranking', 'validation', got 'magic'"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="magic", data_dir=tmp_path)
     with pytest.raises(ValueError, match="selector: 'cars' decides the family of geometry='auto' only"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector="cars", data_dir=tmp_path)
 
@@ -586,9 +594,10 @@ def test_decide_family_refuses_an_unknown_selector():
     class _Tr:
         X = Y_pos = Y_neg = [[0.0, 1.0], [1.0, 0.0]]
 
-    with pytest.raises(ValueError, match="selector: expected one of 'ranking', 'cars', 'cv', 'anisotropic', "
-                                         "got 'validation'"):
+    with pytest.raises(ValueError, match="selector: 'validation' decides after training both families"):
         decide_family("validation", _Tr(), None, None, None, 1, _Cars("shared", 0.0, 1.0))
+    with pytest.raises(ValueError, match="selector: expected one of 'cars', .*, got 'magic'"):
+        decide_family("magic", _Tr(), None, None, None, 1, _Cars("shared", 0.0, 1.0))
 
 
 def test_fit_records_the_document_disjoint_fallback_as_a_warning(shared_dir, monkeypatch):

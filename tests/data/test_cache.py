@@ -686,7 +686,7 @@ def test_an_id_with_a_line_break_is_refused_and_nothing_is_written(tmp_path):
 
 
 def test_assembling_fewer_rows_than_planned_is_refused_before_the_file_exists(tmp_path):
-    from asymgeo.data.cache import _assemble
+    from asymgeo.data.encoding import _assemble
 
     parts = []
     for i in range(2):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from beir_fixtures import doc, query, write_beir
 
-import asymgeo.data.cache as cache_mod
+import asymgeo.data.encoding as encoding_mod
 from asymgeo.data import EncoderSpec, encode_dataset
 
 SPEC = EncoderSpec("fake-enc", "fake/model", query_prefix="Q: ", document_prefix="D: ")
@@ -271,7 +271,7 @@ def _free(monkeypatch, free):
         seen.append(Path(path))
         return Usage(10**12, 10**12 - free, free)
 
-    monkeypatch.setattr(cache_mod.shutil, "disk_usage", fake)
+    monkeypatch.setattr(encoding_mod.shutil, "disk_usage", fake)
     return seen
 
 
@@ -316,7 +316,7 @@ def test_parts_already_saved_are_not_counted_again(nine, tmp_path, monkeypatch):
 
 
 def test_sizes_are_written_in_the_largest_unit():
-    assert [cache_mod._format_bytes(n) for n in (288, 4_000, 3_100_000, 9_200_000_000)] == [
+    assert [encoding_mod._format_bytes(n) for n in (288, 4_000, 3_100_000, 9_200_000_000)] == [
         "288 bytes", "4.0 kB", "3.1 MB", "9.2 GB"]
 
 

@@ -63,7 +63,7 @@ def test_embed_command(tmp_path, monkeypatch, capsys):
         def encode(self, texts):
             return np.array([[len(t), 1.0, 0.0] for t in texts])
 
-    monkeypatch.setattr("asymgeo.data.cache.load_encoder", lambda spec, **kw: Fake())
+    monkeypatch.setattr("asymgeo.data.encoding.load_encoder", lambda spec, **kw: Fake())
     write_beir(tmp_path / "data" / "toy", [doc("a", "", "xx"), doc("b", "T", "yyy")], [query("q", "z")], {"test": [("q", "a", 1)]})
     code = main(["embed", "toy", "--encoder", "gte-base", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c")])
     assert code == 0 and "corpus (2, 3)" in capsys.readouterr().out
@@ -181,8 +181,8 @@ def test_embed_without_the_disk_space_is_one_line(tmp_path, monkeypatch, capsys)
         def encode(self, texts):
             return np.array([[len(t), 1.0, 0.0] for t in texts])
 
-    monkeypatch.setattr("asymgeo.data.cache.load_encoder", lambda spec, **kw: Fake())
-    monkeypatch.setattr("asymgeo.data.cache.shutil.disk_usage", lambda p: namedtuple("U", "total used free")(1, 1, 7))
+    monkeypatch.setattr("asymgeo.data.encoding.load_encoder", lambda spec, **kw: Fake())
+    monkeypatch.setattr("asymgeo.data.encoding.shutil.disk_usage", lambda p: namedtuple("U", "total used free")(1, 1, 7))
     write_beir(tmp_path / "data" / "toy", [doc("a", "", "xx"), doc("b", "T", "yyy")], [query("q", "z")], {"test": [("q", "a", 1)]})
     code = main(["embed", "toy", "--encoder", "gte-base", "--data-dir", str(tmp_path / "data"), "--cache-dir", str(tmp_path / "c")])
     err = capsys.readouterr().err.strip().splitlines()

@@ -309,7 +309,7 @@ def test_selector_method_keyword_is_deprecated():
     with pytest.warns(DeprecationWarning, match="method= is renamed to selector="):
         old = GeometrySelector(rank=2, method="sure", sigma=1.0).fit(X, Yp, Yn)
     assert old.choice_ == new.choice_ and old.score_ == new.score_
-    with pytest.raises(ValueError, match="method: expected 'cars', 'sure' or 'anisotropic'"), pytest.warns(DeprecationWarning):
+    with pytest.raises(ValueError, match="method: expected one of 'cars', 'sure', 'anisotropic'"), pytest.warns(DeprecationWarning):
         GeometrySelector(rank=2, method="magic").fit(X, Yp, Yn)
 
 

@@ -11,6 +11,7 @@ from asymgeo.data.splits import fold_seed, fold_split, nested_subsets, query_fol
 from asymgeo.kernels.geometry import dual_truncate, shared_truncate
 from asymgeo.kernels.operator_risk import heldout_loss
 from asymgeo.kernels.selection import cars_score
+from asymgeo.selectors.registry import RuleNotApplicable, SelectionContext, get_rule
 
 
 def _data(n=150, p=40, seed=3):
@@ -79,16 +80,23 @@ def test_validate_selection_matches_brute_force(centred):
     assert [s["size"] for s in d["per_size"]] == [16, 32, 64]
 
 
+#: where each registered rule looks up its kernel (the registry module of the rule)
+_RULE_MODULES = {"cars_score": "asymgeo.selectors.cars", "cross_validated_risk": "asymgeo.selectors.cross_validation"}
+
+
 def _spy_dimensions(monkeypatch, name: str) -> list[int]:
-    """Record the column count of the first argument of every call of ``fv.<name>``."""
+    """Record the column count of the first argument of every call of kernel ``name`` made by its rule."""
+    import importlib
+
+    module = importlib.import_module(_RULE_MODULES[name])
     dims: list[int] = []
-    real = getattr(fv, name)
+    real = getattr(module, name)
 
     def spy(Xa, *args, **kwargs):
         dims.append(Xa.shape[1])
         return real(Xa, *args, **kwargs)
 
-    monkeypatch.setattr(fv, name, spy)
+    monkeypatch.setattr(module, name, spy)
     return dims
 
 
@@ -253,7 +261,9 @@ def test_cells_do_not_depend_on_threads_and_share_one_decomposition_per_size(mon
     X, Yp, Yn = _data(n=120, p=260, seed=4)
     calls: list[int] = []
     eigen_passed: list[bool] = []
-    real_spectra, real_sure = fv.truncation_spectra, fv.sure_statistic
+    import asymgeo.selectors.sure as sure_rule
+
+    real_spectra, real_sure = fv.truncation_spectra, sure_rule.sure_statistic
 
     def spectra_spy(C, rank, **kw):
         calls.append(rank)
@@ -264,7 +274,7 @@ def test_cells_do_not_depend_on_threads_and_share_one_decomposition_per_size(mon
         return real_sure(X_, D_, rank, **kw)
 
     monkeypatch.setattr(fv, "truncation_spectra", spectra_spy)
-    monkeypatch.setattr(fv, "sure_statistic", sure_spy)
+    monkeypatch.setattr(sure_rule, "sure_statistic", sure_spy)
     one = fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16, 32, 64), n_splits=3, seed=2, n_jobs=1)
     assert len(calls) == 9 and eigen_passed == [True] * 9
     two = fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16, 32, 64), n_splits=3, seed=2, n_jobs=2,
@@ -293,11 +303,13 @@ def test_sure_cell_equals_the_estimator_rule():
     D = Yp - Yn
     for r in (2, 5):
         sel = GeometrySelector(rank=r, selector="sure").fit(X, Yp, Yn)
-        choice, score = fv._sure_choice(X, D, r)
-        assert choice == sel.choice_ and score == pytest.approx(sel.score_, rel=1e-12)
+        cell = fv._rule_cell(get_rule("sure"), X, D, r, 0, SelectionContext())
+        assert cell["sure_choice"] == sel.choice_ and cell["sure_score"] == pytest.approx(sel.score_, rel=1e-12)
     # fewer positive eigenvalues than the rank: the rule does not apply, shared, no score
-    choice, score = fv._sure_choice(X, -np.abs(D) * 0 - X, 3)
-    assert choice == "shared" and np.isnan(score)
+    cell = fv._rule_cell(get_rule("sure"), X, -np.abs(D) * 0 - X, 3, 0, SelectionContext())
+    assert cell["sure_choice"] == "shared" and np.isnan(cell["sure_score"])
+    with pytest.raises(RuleNotApplicable, match="fewer than rank = 3"):  # GeometrySelector says why
+        GeometrySelector(rank=3, selector="sure").fit(X, X * 0 + 1.0, X * 0 + 1.0 + X)
 
 
 def test_summarise_cells_accuracy_of_every_rule_by_hand():
@@ -324,9 +336,10 @@ def test_cells_carry_the_anisotropic_rule_of_each_training_prefix():
     for row in rows:
         m = row["size"]
         want = anisotropic_sure(X[:m], D[:m], 3)
-        assert row["aniso_choice"] == want.choice and row["aniso_score"] == pytest.approx(want.score, rel=1e-8)
+        assert row["anisotropic_choice"] == want.choice
+        assert row["anisotropic_score"] == pytest.approx(want.score, rel=1e-8)
     s = fv.summarise_cells(rows)
-    assert "aniso" in s["regret"] and "aniso" in s["accuracy"]
+    assert "anisotropic" in s["regret"] and "anisotropic" in s["accuracy"]
 
 
 def test_fold_cells_refuses_an_empty_fold_no_ranks_and_a_bad_projection():
@@ -346,7 +359,7 @@ def test_fold_cells_refuses_an_empty_fold_no_ranks_and_a_bad_projection():
 # --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
 def _cell(fold, size, ls, ld, cars, sure="", cv="", aniso=""):
     return {"fold": fold, "size": size, "loss_shared": ls, "loss_dual": ld, "cars_choice": cars,
-            "sure_choice": sure, "cv_choice": cv, "aniso_choice": aniso, "cars_score": 0.0}
+            "sure_choice": sure, "cv_choice": cv, "anisotropic_choice": aniso, "cars_score": 0.0}
 
 
 def test_summarise_cells_by_hand_for_every_rule():
@@ -361,14 +374,14 @@ def test_summarise_cells_by_hand_for_every_rule():
     s = fv.summarise_cells(rows)
     # per fold, then the mean over folds
     f0 = {"cars": (0 + 0.4) / 2, "shared": (0.5 + 0) / 2, "dual": (0 + 0.4) / 2, "sure": (0.5 + 0) / 2,
-          "cv": (0 + 0) / 2, "aniso": (0.5 + 0.4) / 2}
+          "cv": (0 + 0) / 2, "anisotropic": (0.5 + 0.4) / 2}
     f1 = {"cars": (0 + 0.8) / 2, "shared": (0 + 0.8) / 2, "dual": (0 + 0) / 2, "sure": (0 + 0) / 2,
-          "cv": (0 + 0.8) / 2, "aniso": (0 + 0) / 2}
+          "cv": (0 + 0.8) / 2, "anisotropic": (0 + 0) / 2}
     assert s["regret"] == pytest.approx({g: (f0[g] + f1[g]) / 2 for g in f0})
     assert [f["regret"] for f in s["folds"]] == [pytest.approx(f0), pytest.approx(f1)]
     # accuracy: the choice names the lower loss (ties to shared)
     acc = {"cars": (1 / 2 + 1 / 2) / 2, "shared": (1 / 2 + 1 / 2) / 2, "dual": (1 / 2 + 1 / 2) / 2,
-           "sure": (1 / 2 + 1 / 2) / 2, "cv": (1 + 0) / 2, "aniso": (0 + 1) / 2}
+           "sure": (1 / 2 + 1 / 2) / 2, "cv": (1 + 0) / 2, "anisotropic": (0 + 1) / 2}
     assert s["accuracy"] == pytest.approx(acc) and s["cars_accuracy"] == pytest.approx(0.5)
     assert [(f["fold"], f["cells"], f["accuracy"], f["cars_wins"]) for f in s["folds"]] == [
         (0, 2, 0.5, False), (1, 2, 0.5, False)]
@@ -401,7 +414,8 @@ def test_validate_selection_records_its_protocol_and_names_bad_arrays():
     assert {k: d[k] for k in ("rank", "n", "n_folds", "n_splits", "selector_dim", "centred", "seed")} == {
         "rank": 2, "n": 120, "n_folds": 3, "n_splits": 3, "selector_dim": 8, "centred": False, "seed": 7}
     assert set(d) == {"cars_accuracy", "accuracy", "regret", "reduction", "fold_wins", "folds", "per_size",
-                      "rank", "n", "n_folds", "n_splits", "selector_dim", "centred", "seed"}
+                      "rank", "n", "n_folds", "n_splits", "selector_dim", "centred", "seed", "rules"}
+    assert d["rules"] == ["cars", "sure", "anisotropic"]
     assert d["regret"] == v.regret and d["folds"] == v.folds and d["per_size"] == v.per_size
     assert (d["cars_accuracy"], d["fold_wins"]) == (v.cars_accuracy, v.fold_wins)
     assert fv.summarise_cells(v.cells)["regret"] == pytest.approx(v.regret)
@@ -442,11 +456,12 @@ def test_every_cell_field_equals_the_selectors_called_directly():
         assert c["sure_choice"] == st.choice
         assert c["sure_score"] == pytest.approx(st.risk_shared - st.risk_dual, rel=1e-7, abs=1e-12)
         an = anisotropic_sure(Xm, Dm, 2)
-        assert (c["aniso_choice"], c["aniso_score"]) == (an.choice, pytest.approx(an.score, rel=1e-7, abs=1e-12))
+        assert (c["anisotropic_choice"], c["anisotropic_score"]) == (
+            an.choice, pytest.approx(an.score, rel=1e-7, abs=1e-12))
         cv = cross_validated_risk(Xm, Dm, np.zeros_like(Dm), 2, folds=3, seed=split_seed)
         assert (c["cv_choice"], c["cv_score"], c["cv_se"]) == (
             cv.choice, pytest.approx(cv.score, rel=1e-9, abs=1e-12), pytest.approx(cv.standard_error, rel=1e-9))
-    assert {"cars", "sure", "aniso", "cv"} <= set(res.regret)
+    assert {"cars", "sure", "anisotropic", "cv"} <= set(res.regret)
 
 
 def test_fold_cells_defaults_are_validate_selections():

@@ -133,7 +133,7 @@ def test_join_with_the_committed_selectors_cells_and_its_refusals(small_cell):
 
 
 def test_summary_by_hand():
-    base = dict(centring="raw", dataset="d", encoder="e", rank=4, sure_choice="shared", aniso_choice="shared",
+    base = dict(centring="raw", dataset="d", encoder="e", rank=4, sure_choice="shared", anisotropic_choice="shared",
                 cv_choice="shared", ranking_choice="dual")
     rows = pd.DataFrame([
         # fold 0: CARS wrong (dual wins by 0.2, within 2 SE); fold 1: CARS right, then wrong by 0.5 (outside)

@@ -139,12 +139,12 @@ def test_rq1_cell_carries_the_other_selectors():
     X, D = tr.X.astype(float), tr.Y_pos.astype(float) - tr.Y_neg
     seed = cell_seed(7, 4, 1, 128)
     assert out["cv_choice"] == cross_validated_risk(X, D, np.zeros_like(D), 4, folds=5, seed=seed).choice
-    assert out["aniso_choice"] == anisotropic_sure(X, D, 4).choice
+    assert out["anisotropic_choice"] == anisotropic_sure(X, D, 4).choice
     perm = np.random.default_rng(np.random.SeedSequence(seed)).permutation(128)
     val, fit = perm[:25], perm[25:]
     C = X[fit].T @ D[fit] / fit.size
     acc = {g: np.array([float(X[i] @ M @ D[i] > 0) for i in val])
            for g, M in (("shared", shared_truncate(C, 4, solver="dense")), ("dual", dual_truncate(C, 4, solver="dense")))}
     d = acc["dual"] - acc["shared"]
-    assert out["ranking_score"] == pytest.approx(d.mean())
-    assert out["ranking_choice"] == ("dual" if d.mean() > d.std(ddof=1) / np.sqrt(25) else "shared")
+    assert out["pairwise_score"] == pytest.approx(d.mean())
+    assert out["pairwise_choice"] == ("dual" if d.mean() > d.std(ddof=1) / np.sqrt(25) else "shared")

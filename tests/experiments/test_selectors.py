@@ -77,7 +77,7 @@ def test_join_with_the_committed_table1_cells_and_its_refusals(shared_dir):
 
 def _joined(rows):
     df = pd.DataFrame([dict(centring="raw", dataset="d", encoder="e", rank=4, cars_score=0.0, cv_score=0.0,
-                            aniso_choice="shared", aniso_score=0.0, ranking_choice="shared", ranking_score=0.0,
+                            anisotropic_choice="shared", anisotropic_score=0.0, ranking_choice="shared", ranking_score=0.0,
                             **r) for r in rows])
     df["advantage"] = df["loss_shared"] - df["loss_dual"]
     return df
@@ -102,7 +102,7 @@ def test_summary_by_hand():
     assert s["accuracy_cars"] == pytest.approx((0 + 1) / 2) and s["accuracy_cv"] == pytest.approx((1 + 0.5) / 2)
     assert s["fold_wins_cv"] == 1 and s["fold_wins_cars"] == 0     # fold 0: cv 0 < shared .1 and dual .2
     assert s["reduction_cv"] == pytest.approx(1 - 0.125 / 0.1)
-    assert s["regret_aniso"] == pytest.approx(s["regret_shared"])   # always "shared" in these cells
+    assert s["regret_anisotropic"] == pytest.approx(s["regret_shared"])   # always "shared" in these cells
 
 
 def test_evidence_page_refuses_damaged_committed_selector_tables(tmp_path):

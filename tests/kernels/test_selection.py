@@ -352,7 +352,7 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     """Halves of more than 3p/4 triples (p = 256): the moment is formed in float64, the mixed
     solver refines with it; when the full-data probe declines, float64 LAPACK answers every
     half. Both equal the naive score."""
-    import asymgeo.kernels.selection as selection
+    import asymgeo.linalg.solver_choice as solver_choice
     from asymgeo.linalg.lowrank import path_counts, reset_path_counts
 
     rng = np.random.default_rng(31)
@@ -367,7 +367,7 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     assert counts.get("singular:thin", 0) == 0
     _assert_close_to_naive(res, naive)
 
-    monkeypatch.setattr(selection, "mixed_probe", lambda C, rank: None)
+    monkeypatch.setattr(solver_choice, "mixed_probe", lambda C, rank: None)
     reset_path_counts()
     res = cars_score(X, Yp, Yn, r, splits=splits, n_jobs=1, solver="dense")
     counts = path_counts()
@@ -398,7 +398,7 @@ def test_cars_on_real_nfcorpus_mpnet_halves_takes_the_mixed_svd_and_matches_naiv
 
 # --------------------------------------------------------------------------- survivors of mutation testing (issue #19)
 def test_gram_helper_equals_the_plain_product():
-    from asymgeo.kernels.selection import _gram
+    from asymgeo.linalg.solver_choice import _gram
 
     A = np.random.default_rng(8).standard_normal((7, 5))
     np.testing.assert_allclose(_gram(A), A @ A.T, rtol=1e-13, atol=1e-13)

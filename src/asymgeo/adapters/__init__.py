@@ -1,4 +1,4 @@
-"""Layer 6, adapters: trained shared/dual adapters, files, export; imports layers 0-5, and torch (only here).
+"""Layer 7, adapters: trained shared/dual adapters, files, export; imports layers 0-6, and torch (only here).
 
 Trained shared and dual adapters on frozen embeddings (paper, Section 4 and Appendix F.1).
 

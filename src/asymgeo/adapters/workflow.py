@@ -96,73 +96,83 @@ def choose_family(V: np.ndarray, table: Any, corpus: np.ndarray, shared_operator
     """``geometry="auto"``: the family with the higher validation NDCG@10; within one standard error, shared.
 
     Both families are scored on the same validation queries (those that selected their
-    checkpoints); the paired per-query difference ``dual - shared`` has mean ``diff`` and
-    standard error ``se``.  ``|diff| > se``: the better family (rule ``"validation"``).
-    Otherwise it is a tie, broken by ``tie_break``: ``"shared"`` (default; the one-standard-
-    error rule: the family with fewer free directions, Corollary 1's lower-variance choice)
-    or ``"cars"`` (CARS's decision when its score is more than one of its standard errors
-    from 0, else shared).  CARS's decision, score and standard error are reported either way.
+    checkpoints) and the registry's rule ``"validation"`` (:mod:`asymgeo.selectors.validation`)
+    decides: the paired per-query difference ``dual - shared`` has mean ``diff`` and standard
+    error ``se``; ``|diff| > se``: the better family (rule ``"validation"``).  Otherwise it is
+    a tie, broken by ``tie_break``: ``"shared"`` (default; the one-standard-error rule) or
+    ``"cars"`` (CARS's decision when its score is more than one of its standard errors from 0,
+    else shared).  CARS's decision, score and standard error are reported either way.
+    Returns the ``metrics["auto"]`` record (:func:`auto_record`).
     """
     if tie_break not in ("shared", "cars"):
         raise ValueError(f"tie_break: expected 'shared' or 'cars', got {tie_break!r}")
-    per = {name: _per_query_ndcg(V, table, corpus, M, corpus_ids)
-           for name, M in (("shared", shared_operator), ("dual", dual_operator))}
-    d = per["dual"] - per["shared"]
-    diff = float(d.mean())
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
-    if abs(diff) > se:
-        choice, rule = ("dual" if diff > 0 else "shared"), "validation"
-    elif tie_break == "cars" and abs(cars.score) > cars.standard_error:
-        choice, rule = cars.choice, "tie: CARS"
-    else:
-        choice, rule = "shared", "tie: shared"
-    return {"choice": choice, "rule": rule, "validation_shared": float(per["shared"].mean()),
-            "validation_dual": float(per["dual"].mean()), "diff": diff, "standard_error": se,
-            "n_validation": int(d.size), "cars_choice": cars.choice, "cars_score": float(cars.score),
-            "cars_standard_error": float(cars.standard_error)}
+    from ..selectors.registry import SelectionContext, get_rule
+
+    scores = {name: _per_query_ndcg(V, table, corpus, M, corpus_ids)
+              for name, M in (("shared", shared_operator), ("dual", dual_operator))}
+    context = SelectionContext(validation_scores=scores, tie_break=tie_break, cars=_cars_decision(cars))
+    p = np.asarray(V).shape[1]
+    decision = get_rule("validation").decide(np.zeros((1, p)), np.zeros((1, p)), 1, seed=seed, context=context)
+    return auto_record(decision, cars)
 
 
-#: How ``fit_adapter(geometry="auto")`` decides the family.
-AUTO_SELECTORS = ("validation", "ranking", "cars", "cv", "anisotropic")
+def _cars_decision(cars: Any) -> Any:
+    """A CARS result (or anything with ``choice, score, standard_error``) as a registry Decision."""
+    from ..selectors.cars import cars_decision
+    from ..selectors.registry import Decision
+
+    if isinstance(cars, Decision):
+        return cars
+    if hasattr(cars, "raw_distance"):  # a CarsResult
+        return cars_decision(cars)
+    return Decision(rule="cars", choice=cars.choice, score=float(cars.score),
+                    standard_error=float(cars.standard_error))
+
+
+def auto_record(decision: Any, cars: Any) -> dict[str, Any]:
+    """The ``metrics["auto"]`` record of a registry :class:`~asymgeo.selectors.Decision`:
+    ``choice``, ``rule`` (the rule's name, or the validation rule's outcome: ``"validation"``,
+    ``"tie: shared"``, ``"tie: CARS"``), ``selector`` (the rule's name), ``diff`` (its score,
+    > 0 favours dual), ``standard_error`` (when it has one), its evidence, and CARS's
+    ``cars_choice``, ``cars_score``, ``cars_standard_error``."""
+    evidence = {k: v for k, v in decision.as_dict()["evidence"].items() if k != "outcome"}
+    out: dict[str, Any] = {"choice": decision.choice, "rule": decision.evidence.get("outcome", decision.rule),
+                           "selector": decision.rule, "diff": float(decision.score)}
+    if decision.standard_error is not None:
+        out["standard_error"] = float(decision.standard_error)
+    out.update(evidence)
+    out.update(cars_choice=cars.choice, cars_score=float(cars.score), cars_standard_error=float(cars.standard_error))
+    return out
 
 
 def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.ndarray, rank: int, cars: Any, *,
-                  seed: int = 0) -> dict[str, Any]:
-    """The family ``selector`` picks before any training (``fit --geometry auto --selector NAME``).
+                  seed: int = 0, corpus_ids: Sequence[str] | None = None) -> dict[str, Any]:
+    """The family the registered rule ``selector`` picks before any training
+    (``fit --geometry auto --selector NAME``), on the training triples ``tr``.
 
-    ``"ranking"``: :func:`~asymgeo.retrieval.ranking_selector.ranking_choice` on the validation
-    queries ``V`` (closed-form augmented operators, exact search, one standard error toward
-    shared); ``"cars"``: eq. 7 (``cars``, already computed); ``"cv"``:
-    :func:`~asymgeo.kernels.operator_risk.cross_validated_risk`; ``"anisotropic"``:
-    :func:`~asymgeo.kernels.theory.anisotropic_sure`.  Returns the ``metrics["auto"]`` record.
+    A rule needing ``"retrieval"`` (``"ranking"``) scores the validation queries ``V`` with
+    ``table`` over ``corpus`` by exact search (:func:`~asymgeo.retrieval.ranking_selector.ranking_scorer`);
+    rules needing trained adapters are refused (``fit_adapter`` trains both for them).
+    ``cars``: CARS on the same triples, reported beside the decision (and reused by rule ``"cars"``).
+    Returns the ``metrics["auto"]`` record (:func:`auto_record`).
     """
+    from ..selectors.registry import SelectionContext, get_rule
+
+    rule = get_rule(selector)
+    if "trained" in rule.needs:
+        raise ValueError(f"selector: {rule.name!r} decides after training both families (fit_adapter does it)")
     X = np.asarray(tr.X, dtype=np.float64)
     D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
-    out: dict[str, Any] = {"rule": selector, "cars_choice": cars.choice, "cars_score": float(cars.score),
-                           "cars_standard_error": float(cars.standard_error)}
-    if selector == "ranking":
-        from ..retrieval.ranking_selector import ranking_choice
+    context = SelectionContext(cv_folds=5, cars=_cars_decision(cars))
+    if "retrieval" in rule.needs:
+        from ..retrieval.ranking_selector import ranking_scorer
 
-        rc = ranking_choice(X, D, V, table, corpus, rank)
-        out.update(choice=rc.choice, validation_shared=rc.ndcg["shared"], validation_dual=rc.ndcg["dual"],
-                   diff=rc.diff, standard_error=rc.standard_error, n_validation=rc.n_validation,
-                   scale=rc.scale)
-    elif selector == "cars":
-        out.update(choice=cars.choice)
-    elif selector == "cv":
-        from ..kernels.operator_risk import cross_validated_risk
+        context = context.with_(score_operator=ranking_scorer(V, table, corpus))
+    return auto_record(rule.decide(X, D, rank, seed=seed, context=context), cars)
 
-        cv = cross_validated_risk(X, D, np.zeros_like(D), rank, folds=min(5, X.shape[0]), seed=seed)
-        out.update(choice=cv.choice, diff=cv.score, standard_error=cv.standard_error)
-    elif selector == "anisotropic":
-        from ..kernels.theory import anisotropic_sure
 
-        an = anisotropic_sure(X, D, rank)
-        out.update(choice=an.choice, statistic=an.statistic, threshold=an.threshold)
-    else:
-        raise ValueError(f"selector: expected one of {', '.join(map(repr, AUTO_SELECTORS[1:]))}, got {selector!r}")
-    return out
-
+#: The rule that decides ``fit_adapter(geometry="auto")``'s family unless ``selector`` names another.
+DEFAULT_AUTO_SELECTOR = "validation"
 
 #: Validation choices of :func:`fit_adapter`.
 SELECTIONS = ("all", "document_disjoint")
@@ -249,7 +259,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     early_stopping: int | None = None,
     selection: str = "document_disjoint",
     anchor: float = 0.0,
-    selector: str = "validation",
+    selector: str = DEFAULT_AUTO_SELECTOR,
     report: bool = True,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
@@ -266,7 +276,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     selection rewards geometry that transfers to new documents (fewer than
     :data:`MIN_DISJOINT_VALIDATION` such queries: all of them, with a warning recorded in
     ``metrics["warnings"]``).  ``anchor`` is :class:`Adapter`'s pull toward the start.
-    ``selector`` (``geometry="auto"`` only) decides the family: ``"validation"`` (default:
+    ``selector`` (``geometry="auto"`` only): a rule of the selector registry
+    (:mod:`asymgeo.selectors`) that decides the family: ``"validation"`` (default:
     train both, keep the better on validation NDCG@10, :func:`choose_family`); ``"ranking"``
     (the closed-form augmented operators' validation NDCG@10,
     :func:`asymgeo.retrieval.ranking_selector.ranking_choice`, then train only that family);
@@ -279,9 +290,10 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
-    if selector not in AUTO_SELECTORS:
-        raise ValueError(f"selector: expected one of {', '.join(map(repr, AUTO_SELECTORS))}, got {selector!r}")
-    if selector != "validation" and geometry != "auto":
+    from ..selectors.registry import get_rule
+
+    selector = get_rule(selector).name
+    if selector != DEFAULT_AUTO_SELECTOR and geometry != "auto":
         raise ValueError(f"selector: {selector!r} decides the family of geometry='auto' only, "
                          f"got geometry={geometry!r}")
     from ..data import nested_subsets
@@ -318,7 +330,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         from ..kernels.selection import cars_score
 
         cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, seed=seed)
-        if selector == "validation":
+        if "trained" in get_rule(selector).needs:  # train both on the same paired batches, then decide
             fitted = {fam: train(fam) for fam in ("shared", "dual")}
             auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
                                  seed=seed, corpus_ids=d.corpus_ids or None)

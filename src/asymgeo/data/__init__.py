@@ -1,4 +1,4 @@
-"""Layer 5, data: BEIR files, encoders, embedding cache, splits, triples; imports layers 0-4, knows no geometry.
+"""Layer 6, data: BEIR files, encoders, embedding cache, splits, triples; imports layers 0-5, knows no geometry.
 
 Real retrieval data: BEIR datasets, encoder conventions, the embedding cache, splits, triples.
 
@@ -19,7 +19,6 @@ from .cache import (
     EmbeddingCache,
     cache_fingerprint,
     cache_path,
-    encode_dataset,
     load_embeddings,
     validate_embeddings,
     verify_cache,
@@ -35,6 +34,7 @@ from .encoders import (
     get_encoder,
     load_encoder,
 )
+from .encoding import encode_dataset
 from .evaluate import TIE_ORDERS, evaluate_frozen
 from .paths import cache_root, data_root
 from .splits import (

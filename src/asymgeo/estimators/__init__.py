@@ -1,4 +1,4 @@
-"""Layer 3, estimators: scikit-learn-style estimators and protocols; imports the foundation, linalg, kernels.
+"""Layer 4, estimators: scikit-learn-style estimators and protocols; imports layers 0-3 (selectors included).
 
 :mod:`.projections` (``SharedProjection``, ``DualProjection``, ``GeometrySelector``),
 :mod:`.simulation` (the two-view model of RQ1, the local Gaussian experiment),

@@ -9,8 +9,17 @@ from typing import Any
 
 __all__ = ["plot_validation"]
 
-#: Rules drawn when their choices are in the cells, with their labels.
-_RULES = (("cars", "CARS"), ("sure", "SURE"), ("cv", "cross-validated risk"))
+#: Rules drawn when their choices are in the cells (at most this many, CARS first), with their registry labels.
+_MAX_RULES = 6
+
+
+def _rules_in(cells: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Registered rules whose choice every cell carries, CARS first."""
+    from ..selectors.catalogue import REFERENCE_RULE
+    from ..selectors.registry import rule_names
+
+    names = [n for n in rule_names() if all(c.get(f"{n}_choice") for c in cells)]
+    return sorted(names, key=lambda n: n != REFERENCE_RULE)[:_MAX_RULES]
 
 
 def _pyplot():
@@ -41,9 +50,8 @@ def validation_curves(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out["mean"] = [sum(a) / len(a) for a in out["advantage"]]
     share: dict[str, list[float]] = {
         "held-out": [sum(float(c["loss_dual"]) < float(c["loss_shared"]) for c in by[m]) / len(by[m]) for m in sizes]}
-    for rule, _ in _RULES:
-        if all(c.get(f"{rule}_choice") for c in cells):
-            share[rule] = [sum(c[f"{rule}_choice"] == "dual" for c in by[m]) / len(by[m]) for m in sizes]
+    for rule in _rules_in(cells):
+        share[rule] = [sum(c[f"{rule}_choice"] == "dual" for c in by[m]) / len(by[m]) for m in sizes]
     out["dual_share"] = share
     return out
 
@@ -53,7 +61,7 @@ def plot_validation(cells: Sequence[Mapping[str, Any]], path: str | os.PathLike,
 
     Top: held-out :math:`L_s - L_d` against the training size ``n`` (log scale), one dot per
     fold and the mean over folds, zero dashed (above zero dual has the lower held-out loss).
-    Bottom: for each selector in the cells (CARS, SURE, cross-validated risk), the fraction of
+    Bottom: for each registered selector in the cells (CARS, SURE, anisotropic SURE, ...), the fraction of
     folds choosing dual at each ``n``, beside the fraction in which dual was the held-out winner.
     """
     from .._atomic import atomic_path
@@ -71,12 +79,14 @@ def plot_validation(cells: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     ax1.set_ylabel(r"held-out $L_s - L_d$ (> 0: dual better)")
     ax1.legend(fontsize=8)
     ax1.set_title(title or "held-out check of the geometry decision", fontsize=10)
-    markers = {"held-out": ("k", "s"), "cars": ("C1", "o"), "sure": ("C2", "^"), "cv": ("C3", "D")}
-    labels = {"held-out": "held-out winner is dual", **dict(_RULES)}
-    for rule, share in cur["dual_share"].items():
-        colour, marker = markers[rule]
+    from ..selectors.registry import get_rule
+
+    styles = [("C1", "o"), ("C2", "^"), ("C3", "D"), ("C4", "v"), ("C5", "P"), ("C6", "X")]
+    for i, (rule, share) in enumerate(cur["dual_share"].items()):
+        colour, marker = ("k", "s") if rule == "held-out" else styles[(i - 1) % len(styles)]
+        label = "held-out winner is dual" if rule == "held-out" else get_rule(rule).label
         ax2.plot(cur["sizes"], share, marker=marker, color=colour, ls="-" if rule != "held-out" else ":",
-                 label=labels[rule])
+                 label=label)
     ax2.set_ylim(-0.05, 1.05)
     ax2.set_xlabel("training queries n")
     ax2.set_ylabel("fraction of folds choosing dual")

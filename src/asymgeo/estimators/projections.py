@@ -22,8 +22,8 @@ import numpy as np
 from .._deprecation import renamed_argument, warn_deprecated
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_triples_informative
 from ..kernels.geometry import dual_factors, relevance_moment, shared_factors
-from ..kernels.selection import MIN_CARS_TRIPLES, CarsResult, cars_score
-from ..kernels.theory import AnisotropicSure, SureResult, anisotropic_sure, estimate_moment_noise, sure_statistic
+from ..kernels.theory import estimate_moment_noise
+from ..selectors.registry import SelectionContext, get_rule, rule_names
 
 __all__ = ["SharedProjection", "DualProjection", "GeometrySelector", "NotFittedError", "estimate_moment_noise"]
 
@@ -231,7 +231,9 @@ class GeometrySelector(_Params):
     ----------
     rank : int
         Rank r of both candidate families.
-    selector : {"cars", "sure", "anisotropic"}
+    selector : str
+        A rule of the selector registry (:mod:`asymgeo.selectors`) that decides from the
+        triples alone (``asymgeo.selectors.rule_names(triples_only=True)``); among them
         ``"cars"``: the cross-fitted selector of eq. (7) (no noise model needed).
         ``"anisotropic"``: SURE with the dual-only directions priced by their own noise,
         :math:`\|\Pi_{\mathcal A}Z\|^2 > 2\,\widehat{\mathrm{tr}}(\Pi_{\mathcal A}\Sigma)`
@@ -241,6 +243,9 @@ class GeometrySelector(_Params):
         ``Z = sqrt(n) Pi_{T_d}(C - S)`` and noise ``sigma`` (estimated by
         :func:`~asymgeo.kernels.theory.estimate_moment_noise` when ``sigma`` is None; the
         isotropic plug-in is an approximation the paper's theorem does not cover).
+        ``"cv"``, ``"cv0"``: the cross-validated operator risk; ``"pairwise"``: held-out
+        pairwise accuracy.  Rules needing a corpus (``"ranking"``) or trained adapters
+        (``"validation"``) are refused, naming what they need.
     n_splits : int
         CARS half-splits L (paper: 20).
     seed : int
@@ -257,9 +262,11 @@ class GeometrySelector(_Params):
     ----------
     choice_ : "shared" or "dual"
     score_ : float
-        CARS: :math:`\widehat\Gamma_{\rm CARS}`.  SURE: :math:`\widehat R_s - \widehat R_d`
-        in n-scaled units.  Positive favours dual in both.
-    result_ : CarsResult, SureResult or AnisotropicSure
+        The rule's score (``decision_.score``): CARS :math:`\widehat\Gamma_{\rm CARS}`, SURE
+        :math:`\widehat R_s - \widehat R_d` in n-scaled units, ...  Positive favours dual.
+    decision_ : :class:`asymgeo.selectors.Decision` (choice, score, standard error, evidence)
+    result_ : the rule's native result (``decision_.result``: CarsResult, SureResult, ...)
+    sigma_ : the noise scale used (SURE only)
     estimator_ : fitted SharedProjection or DualProjection of the chosen family
     """
 
@@ -286,37 +293,28 @@ class GeometrySelector(_Params):
     def fit(self, X: np.ndarray, Y_pos: np.ndarray, Y_neg: np.ndarray) -> GeometrySelector:
         """Select the geometry on triples ``X, Y_pos, Y_neg`` and fit it on all of them."""
         selector = renamed_argument("GeometrySelector", "method", "selector", self.method, self.selector, "cars")
-        if selector not in ("cars", "sure", "anisotropic"):
-            name = "method" if self.method is not None else "selector"
-            raise ValueError(f"{name}: expected 'cars', 'sure' or 'anisotropic', got {selector!r}")
+        argument = "method" if self.method is not None else "selector"
+        rule = get_rule(selector, argument=argument)
+        if not rule.triples_only:
+            raise ValueError(f"{argument}: {rule.name!r} needs {' and '.join(sorted(rule.needs))} beyond the training "
+                             f"triples (asymgeo select / fit --geometry auto give it); GeometrySelector decides from "
+                             f"triples alone: one of {', '.join(map(repr, rule_names(triples_only=True)))}")
         X, Y_pos, Y_neg_checked = _check_triples(X, Y_pos, Y_neg)
         if Y_neg_checked is None:  # pragma: no cover - signature requires it
             raise ValueError("Y_neg: required for geometry selection")
         Y_neg = Y_neg_checked
-        n, p = X.shape
-        rank = check_rank(self.rank, p)
-        if selector == "cars":
-            if n < MIN_CARS_TRIPLES:
-                raise ValueError(f"X: CARS needs at least {MIN_CARS_TRIPLES} triples, got n = {n}")
-            cars = cars_score(
-                X, Y_pos, Y_neg, rank, n_splits=self.n_splits, seed=self.seed,
-                selector_dim=self.selector_dim, solver=self.solver,
-            )
-            self.score_ = cars.score
-            res: CarsResult | SureResult | AnisotropicSure = cars
-        elif selector == "sure":
-            Xf = as_float_matrix(X, "X")
-            D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
-            res, self.sigma_ = sure_statistic(Xf, D, rank, sigma=self.sigma, solver=self.solver)
-            self.score_ = res.risk_shared - res.risk_dual
-        else:
-            Xf = as_float_matrix(X, "X")
-            D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
-            res = anisotropic_sure(Xf, D, rank)
-            self.score_ = res.score
-        self.result_ = res
-        self.choice_ = res.choice
-        cls = DualProjection if res.choice == "dual" else SharedProjection
+        rank = check_rank(self.rank, X.shape[1])
+        D = as_float_matrix(Y_pos, "Y_pos") - as_float_matrix(Y_neg, "Y_neg")
+        context = SelectionContext(n_splits=self.n_splits, selector_dim=self.selector_dim, sigma=self.sigma,
+                                   solver=self.solver)
+        decision = rule.decide(as_float_matrix(X, "X"), D, rank, seed=self.seed, context=context)
+        self.decision_ = decision
+        self.result_ = decision.result
+        self.score_ = decision.score
+        if "sigma" in decision.evidence:  # the noise scale a SURE-type rule used
+            self.sigma_ = float(decision.evidence["sigma"])
+        self.choice_ = decision.choice
+        cls = DualProjection if decision.choice == "dual" else SharedProjection
         self.estimator_ = cls(rank=rank, solver=self.solver).fit(X, Y_pos, Y_neg)
         return self
 

@@ -32,16 +32,11 @@ import numpy as np
 from .._runtime import available_cpus, limit_blas_threads
 from .._validation import as_float_matrix, check_rank, check_same_shape, check_seed
 from ..kernels.folds import FOLD_SEED, NESTED_SIZES, fold_seed, fold_split, nested_subsets, query_folds
-from ..kernels.operator_risk import (
-    centre,
-    cross_validated_risk,
-    prefix_moments,
-    resampled_losses,
-    truncation_losses,
-    truncation_spectra,
-)
-from ..kernels.selection import MIN_CARS_TRIPLES, cars_score, selector_projection
-from ..kernels.theory import anisotropic_sure, sure_statistic
+from ..kernels.operator_risk import centre, prefix_moments, resampled_losses, truncation_losses, truncation_spectra
+from ..kernels.selection import MIN_CARS_TRIPLES, selector_projection
+from ..selectors.catalogue import LEGACY_CV_RULE, LEGACY_SURE_RULES, REFERENCE_RULE
+from ..selectors.registry import Rule, RuleNotApplicable, SelectionContext, get_rule
+from ..selectors.registry import rules as registered_rules
 
 __all__ = [
     "SelectionValidation",
@@ -50,13 +45,51 @@ __all__ = [
     "row_space_basis",
     "fixed_projection",
     "summarise_cells",
-    "RULES",
+    "validation_rules",
+    "FIXED_RULES",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Selection rules compared in every cell (Table 1 columns plus SURE).
-RULES = ("cars", "shared", "dual", "sure", "cv", "aniso")
+#: The fixed rules scored beside the registered selectors in every cell.
+FIXED_RULES = ("shared", "dual")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RULES":  # 0.2.0's fixed tuple; the registry now says which rules a validation scores
+        from .._deprecation import warn_deprecated
+
+        warn_deprecated("asymgeo.estimators.validation.RULES is replaced by validation_rules() and the selector "
+                        "registry (asymgeo.selectors.rule_names())")
+        return (REFERENCE_RULE, *FIXED_RULES, *(r.name for r in validation_rules() if r.name != REFERENCE_RULE))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def validation_rules(names: Sequence[str] | None = None, *, sure: bool = True, cv_folds: int = 0) -> list[Rule]:
+    """The registered rules a validation scores (CARS first: Table 1's rule).
+
+    ``names``: those rules (each must decide from triples alone).  None: every triples-only
+    rule marked ``validated_by_default`` (CARS, SURE, anisotropic SURE and any rule registered
+    so); ``sure=False`` leaves out the SURE family (rules ``sure`` and ``anisotropic``) and
+    ``cv_folds >= 2`` adds the cross-validated risk (``cv``), as in 0.2.0.
+    """
+    if names is None:
+        chosen = [r for r in registered_rules(triples_only=True) if r.validated_by_default]
+        if not sure:
+            chosen = [r for r in chosen if r.name not in LEGACY_SURE_RULES]
+        if cv_folds >= 2 and all(r.name != LEGACY_CV_RULE for r in chosen):
+            chosen.append(get_rule(LEGACY_CV_RULE))
+    else:
+        chosen = []
+        for name in dict.fromkeys(names):
+            rule = get_rule(name, argument="rules")
+            if not rule.triples_only:
+                raise ValueError(f"rules: {rule.name!r} needs {' and '.join(sorted(rule.needs))}; a validation "
+                                 "scores rules that decide from the training triples alone")
+            chosen.append(rule)
+    if all(r.name != REFERENCE_RULE for r in chosen):
+        chosen.insert(0, get_rule(REFERENCE_RULE))
+    return sorted(chosen, key=lambda r: r.name != REFERENCE_RULE)
 
 
 #: ``spawn_key = (fold, BOOTSTRAP_KEY)`` seeds the held-out bootstrap of a fold (apart from CARS's (fold, m)).
@@ -66,19 +99,6 @@ BOOTSTRAP_KEY = 2_000_000
 def _derived_seed(seed: int, *coords: int) -> int:
     ss = np.random.SeedSequence(int(seed), spawn_key=tuple(int(c) for c in coords))
     return int(ss.generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
-
-
-def _sure_choice(X: np.ndarray, D: np.ndarray, rank: int,
-                 eigen: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[str, float]:
-    """SURE rule (eq. 4) with the plug-in sigma of ``GeometrySelector(selector="sure")``
-    (the same statistic, without fitting the chosen projection); ``("shared", nan)`` when it
-    does not apply (fewer than ``rank`` positive eigenvalues).  ``eigen``: the top-r (or more)
-    eigenpairs of ``sym(X^T D / n)`` when already known."""
-    try:
-        res, _ = sure_statistic(X, D, rank, eigen=eigen)
-    except ValueError:
-        return "shared", float("nan")
-    return str(res.choice), float(res.risk_shared - res.risk_dual)
 
 
 def row_space_basis(X: np.ndarray, D: np.ndarray, min_dim: int = 1) -> np.ndarray | None:
@@ -120,6 +140,7 @@ def fold_cells(
     reduce: bool = True,
     cv_folds: int = 0,
     bootstrap: int = 0,
+    rules: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     r"""Every (size, rank) cell of one held-out fold.
 
@@ -153,11 +174,16 @@ def fold_cells(
         ``SeedSequence(seed, spawn_key=(fold, 2_000_000))``, the same for every size and rank)
         give the standard error of the held-out ``L_s - L_d`` (key ``heldout_se``;
         :func:`asymgeo.kernels.operator_risk.resampled_losses`, no moment formed per resample).
+    rules : registered selectors to score (:func:`validation_rules`; None: the default set,
+        with ``sure`` and ``cv_folds`` as above).  Each rule sees the selector projection's view
+        when it is marked ``sees_projection``, the prefix's row-space basis when it is
+        ``basis_invariant`` (exact), and the training moment's known eigenpairs otherwise.
 
     Returns
     -------
-    list of dicts with keys ``fold, size, rank, loss_shared, loss_dual, cars_score, cars_se,
-    cars_choice, raw_distance, corrected_distance, sure_choice, sure_score``.
+    list of dicts with keys ``fold, size, rank, loss_shared, loss_dual``, then per rule
+    ``<rule>_score, <rule>_se`` (with a standard error), ``<rule>_choice`` (CARS also
+    ``raw_distance, corrected_distance``; a rule that does not apply: ``shared`` and NaN).
 
     Notes
     -----
@@ -169,7 +195,8 @@ def fold_cells(
     and the SURE rule's shared point.
     """
     tasks = _fold_tasks(X, D, train_order, test_rows, sizes, ranks, fold=fold, n_splits=n_splits, seed=seed,
-                        projection=projection, sure=sure, reduce=reduce, cv_folds=cv_folds, bootstrap=bootstrap)
+                        projection=projection, rules=validation_rules(rules, sure=sure, cv_folds=cv_folds),
+                        reduce=reduce, cv_folds=cv_folds, bootstrap=bootstrap)
     p = np.asarray(X).shape[1]
     return _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p))
 
@@ -250,7 +277,7 @@ def _fold_tasks(
     n_splits: int,
     seed: int,
     projection: np.ndarray | None,
-    sure: bool,
+    rules: Sequence[Rule],
     reduce: bool,
     cv_folds: int,
     bootstrap: int = 0,
@@ -270,6 +297,7 @@ def _fold_tasks(
     else:
         Xs, Ds = Xtr, Dtr
     top = max(rank_list)
+    context = SelectionContext(n_splits=n_splits, n_jobs=1, cv_folds=max(int(cv_folds), 2) if cv_folds else 5)
     resamples = None
     if bootstrap:
         if isinstance(bootstrap, bool) or not isinstance(bootstrap, (int, np.integer)) or bootstrap < 2:
@@ -288,42 +316,26 @@ def _fold_tasks(
         split_seed = _derived_seed(seed, fold, m)
         Xm, Dm = Xs[:m], Ds[:m]
         Q = row_space_basis(Xm, Dm, top) if reduce else None
-        Xc, Dc = (Xm, Dm) if Q is None else (Xm @ Q, Dm @ Q)
-        zc = np.zeros_like(Dc)
-        # the SURE rule's shared point is the training moment's top eigenpairs: known already
-        # unless the selector sees a projection
-        sure_eigen = (spectra.eigenvalues, spectra.eigenvectors) if projection is None else None
+        reduced = (Xm, Dm) if Q is None else (Xm @ Q, Dm @ Q)
+        # the training moment's top eigenpairs are known already, unless the selector sees a projection
+        known = (spectra.eigenvalues, spectra.eigenvectors)
+        views = {rule.name: _rule_view(rule, (Xm, Dm), (Xtr[:m], Dtr[:m]), reduced if Q is not None else None,
+                                       projection is not None, known) for rule in rules}
         rows: list[dict[str, Any]] = []
         for j, r in enumerate(losses.ranks):
-            cars = cars_score(Xc, Dc, zc, int(r), n_splits=n_splits, seed=split_seed, n_jobs=1)
-            sure_choice, sure_score = _sure_choice(Xm, Dm, int(r), sure_eigen) if sure else ("", float("nan"))
-            extra: dict[str, Any] = {}
-            if sure:  # SURE with the dual-only directions priced by their own noise (anisotropic)
-                an = anisotropic_sure(Xm, Dm, int(r), eigen=sure_eigen)
-                extra.update(aniso_choice=an.choice, aniso_score=an.score)
-            if cv_folds >= 2:
-                # without a selector projection, every inner-fold moment lies in the prefix's row
-                # space: the losses are the same in its basis Q (exact; k = 2m instead of p)
-                Xv, Dv = (Xc, Dc) if projection is None and Q is not None else (Xtr[:m], Dtr[:m])
-                cv = cross_validated_risk(Xv, Dv, np.zeros_like(Dv), int(r),
-                                          folds=min(int(cv_folds), m), seed=split_seed)
-                extra.update(cv_choice=cv.choice, cv_score=cv.score, cv_se=cv.standard_error)
-            rows.append({
+            row: dict[str, Any] = {
                 "fold": int(fold),
                 "size": int(m),
                 "rank": int(r),
                 "loss_shared": float(losses.shared[j]),
                 "loss_dual": float(losses.dual[j]),
-                "cars_score": cars.score,
-                "cars_se": cars.standard_error,
-                "cars_choice": cars.choice,
-                "raw_distance": cars.raw_distance,
-                "corrected_distance": cars.corrected_distance,
-                "sure_choice": sure_choice,
-                "sure_score": sure_score,
-                **extra,
-                **({} if heldout_se is None else {"heldout_se": float(heldout_se[j])}),
-            })
+            }
+            for rule in rules:
+                Xr, Dr, eigen = views[rule.name]
+                row.update(_rule_cell(rule, Xr, Dr, int(r), split_seed, context.with_(eigen=eigen)))
+            if heldout_se is not None:
+                row["heldout_se"] = float(heldout_se[j])
+            rows.append(row)
         return rows
 
     # cost model for scheduling only: CARS halves of min(m, p) rows in min(2m, p) dimensions
@@ -331,17 +343,47 @@ def _fold_tasks(
             for m in sizes]
 
 
-def _cell_regrets(row: dict[str, Any]) -> dict[str, float]:
+def _rule_view(rule: Rule, selector_view: tuple[np.ndarray, np.ndarray], full: tuple[np.ndarray, np.ndarray],
+               reduced: tuple[np.ndarray, np.ndarray] | None, projected: bool,
+               eigen: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray, Any]:
+    """The arrays a rule decides on in a cell: the selector projection's view if it sees it (else
+    the full space), in the prefix's row-space basis when the rule is basis-invariant (and that
+    basis is of the view it gets), with the known eigenpairs when the view is the full space."""
+    if rule.sees_projection or not projected:
+        if rule.basis_invariant and reduced is not None:
+            return reduced[0], reduced[1], None
+        return selector_view[0], selector_view[1], (None if projected else eigen)
+    return full[0], full[1], eigen
+
+
+def _rule_cell(rule: Rule, X: np.ndarray, D: np.ndarray, rank: int, seed: int,
+               context: SelectionContext) -> dict[str, Any]:
+    """One rule's cell columns; a rule that does not apply to the prefix picks shared with score NaN."""
+    try:
+        decision = rule.decide(X, D, rank, seed=seed, context=context)
+    except RuleNotApplicable:
+        return {f"{rule.name}_score": float("nan"), f"{rule.name}_choice": "shared"}
+    out = decision.cell()
+    out.update({key: decision.evidence[key] for key in rule.cell_columns})
+    return out
+
+
+def _cell_regrets(row: dict[str, Any], rules: Sequence[str]) -> dict[str, float]:
     ls, ld = row["loss_shared"], row["loss_dual"]
     best = min(ls, ld)
-    out = {"shared": ls - best, "dual": ld - best}
-    out["cars"] = (ld if row["cars_choice"] == "dual" else ls) - best
-    if row.get("sure_choice"):
-        out["sure"] = (ld if row["sure_choice"] == "dual" else ls) - best
-    for rule in ("cv", "aniso"):
-        if row.get(f"{rule}_choice"):
-            out[rule] = (ld if row[f"{rule}_choice"] == "dual" else ls) - best
-    return out
+    return {g: (ld if _rule_choice(row, g) == "dual" else ls) - best for g in rules}
+
+
+def _scored_rules(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """``cars``, the fixed rules, then every other rule whose choice every cell carries
+    (registered rules in registry order, then any others in the cells' column order)."""
+    named: list[str] = []
+    for row in rows[:1]:
+        named = [k[: -len("_choice")] for k in row if k.endswith("_choice")]
+    order = {name: i for i, name in enumerate(r.name for r in registered_rules())}
+    others = sorted((g for g in named if g != REFERENCE_RULE and all(row.get(f"{g}_choice") for row in rows)),
+                    key=lambda g: (order.get(g, len(order)), named.index(g)))
+    return [REFERENCE_RULE, *FIXED_RULES, *others]
 
 
 def _winner(row: dict[str, Any]) -> str:
@@ -368,7 +410,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     if not rows:
         raise ValueError("rows: no cells to summarise")
-    rules = [r for r in RULES if r not in ("sure", "cv", "aniso") or all(row.get(f"{r}_choice") for row in rows)]
+    scored = _scored_rules(rows)
     by_fold: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         by_fold.setdefault(int(row["fold"]), []).append(row)
@@ -377,11 +419,11 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     fold_accuracy: list[dict[str, float]] = []
     for f in sorted(by_fold):
         cells = by_fold[f]
-        regs = [_cell_regrets(c) for c in cells]
-        reg = {g: float(np.mean([r[g] for r in regs])) for g in rules}
+        regs = [_cell_regrets(c, scored) for c in cells]
+        reg = {g: float(np.mean([r[g] for r in regs])) for g in scored}
         fold_regret.append(reg)
         fold_accuracy.append({g: float(np.mean([_rule_choice(c, g) == _winner(c) for c in cells]))
-                              for g in rules})
+                              for g in scored})
         folds.append({
             "fold": f,
             "cells": len(cells),
@@ -389,13 +431,13 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "regret": reg,
             "cars_wins": bool(reg["cars"] < reg["shared"] and reg["cars"] < reg["dual"]),
         })
-    regret = {g: float(np.mean([reg[g] for reg in fold_regret])) for g in rules}
-    accuracy = {g: float(np.mean([acc[g] for acc in fold_accuracy])) for g in rules}
+    regret = {g: float(np.mean([reg[g] for reg in fold_regret])) for g in scored}
+    accuracy = {g: float(np.mean([acc[g] for acc in fold_accuracy])) for g in scored}
     better_fixed = min(regret["shared"], regret["dual"])
     per_size = []
     for m in sorted({int(r["size"]) for r in rows}):
         cells = [r for r in rows if int(r["size"]) == m]
-        regs = [_cell_regrets(c) for c in cells]
+        regs = [_cell_regrets(c, scored) for c in cells]
         per_size.append({
             "size": m,
             "cells": len(cells),
@@ -403,7 +445,7 @@ def summarise_cells(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "heldout_dual": int(sum(_winner(c) == "dual" for c in cells)),
             "accuracy": float(np.mean([c["cars_choice"] == _winner(c) for c in cells])),
             "mean_advantage": float(np.mean([c["loss_shared"] - c["loss_dual"] for c in cells])),
-            "regret": {g: float(np.mean([r[g] for r in regs])) for g in rules},
+            "regret": {g: float(np.mean([r[g] for r in regs])) for g in scored},
             **({"decided": int(sum(abs(c["loss_shared"] - c["loss_dual"]) > 2.0 * c["heldout_se"] for c in cells))}
                if all("heldout_se" in c for c in cells) else {}),
         })
@@ -425,14 +467,16 @@ class SelectionValidation:
     Attributes
     ----------
     cars_accuracy : fraction of (fold, size) cells where CARS chose the lower held-out loss.
-    accuracy : the same fraction for every rule (``cars``, ``shared``, ``dual``, ``sure``, ``cv``).
-    regret : mean regret per rule (``cars``, ``shared``, ``dual``, ``sure``).
+    accuracy : the same fraction for every rule scored (``cars``, ``shared``, ``dual``, then each
+        registered selector by its name: ``sure``, ``anisotropic``, ``cv``, ...).
+    regret : mean regret per rule (the same keys).
     reduction : 1 - CARS regret / better fixed rule's regret; ``None`` when the better fixed rule
         has zero regret (nothing to reduce: the quotient is undefined).
     fold_wins : folds where CARS beat both fixed rules strictly.
     folds, per_size : per-fold and per-size figures.
     cells : every (fold, size) cell (losses, scores, choices).
     rank, n, n_folds, n_splits, selector_dim, centred, seed : the protocol used.
+    rules : the registered selectors scored (CARS first).
     """
 
     cars_accuracy: float
@@ -450,6 +494,7 @@ class SelectionValidation:
     selector_dim: int | None
     centred: bool
     seed: int
+    rules: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -467,6 +512,7 @@ class SelectionValidation:
             "selector_dim": self.selector_dim,
             "centred": self.centred,
             "seed": self.seed,
+            "rules": list(self.rules),
         }
 
 
@@ -500,6 +546,7 @@ def validate_selection(
     progress: bool | None = False,
     cv_folds: int = 0,
     bootstrap: int = 200,
+    rules: Sequence[str] | None = None,
 ) -> SelectionValidation:
     r"""Five-fold held-out check of the CARS geometry decision at one rank (Table 1 protocol).
 
@@ -534,7 +581,12 @@ def validate_selection(
     bootstrap : resamples of each held-out fold for the standard error of its ``L_s - L_d``
         (cell key ``heldout_se``; ``per_size[...]["decided"]`` counts the cells whose held-out
         winner is more than two standard errors ahead); 0 turns it off.
+    rules : registered selectors to score beside CARS and the fixed rules (each decides from
+        triples alone; :func:`validation_rules`); None: every rule marked ``validated_by_default``
+        (CARS, SURE, anisotropic SURE, and any so registered), with ``sure`` and ``cv_folds``
+        as in 0.2.0.  Every rule's accuracy and regret are keyed by its registry name.
     """
+    chosen = validation_rules(rules, sure=sure, cv_folds=cv_folds)
     X = as_float_matrix(X, "X")
     Yp = as_float_matrix(Y_pos, "Y_pos")
     Yn = as_float_matrix(Y_neg, "Y_neg")
@@ -577,7 +629,7 @@ def validate_selection(
         fs = [m for m in nested if m >= MIN_CARS_TRIPLES]
         logger.info("fold %d: %d training / %d held-out queries, sizes %s", f, len(order), len(test), fs)
         tasks += _fold_tasks(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
-                             projection=projection, sure=sure, reduce=True, cv_folds=cv_folds,
+                             projection=projection, rules=chosen, reduce=True, cv_folds=cv_folds,
                              bootstrap=bootstrap)
     from tqdm.auto import tqdm
 
@@ -602,4 +654,5 @@ def validate_selection(
         selector_dim=None if selector_dim is None else int(selector_dim),
         centred=bool(centred),
         seed=int(seed),
+        rules=tuple(r.name for r in chosen),
     )

@@ -57,14 +57,18 @@ def rule_picks(table: Any) -> dict[str, np.ndarray]:
     """Each rule's family per cell, recomputed from the recorded validation difference, its
     standard error and CARS (so both tie-breaks of :func:`~asymgeo.adapters.workflow.choose_family`
     are scored on the same cells)."""
+    from ..selectors.registry import Decision
+    from ..selectors.validation import validation_choice
+
     diff, se = table["val_diff"].to_numpy(float), table["val_se"].to_numpy(float)
     cars = table["choice_cars"].to_numpy(str)
-    cars_clear = np.abs(table["cars_score"].to_numpy(float)) > table["cars_se"].to_numpy(float)
-    clear = np.abs(diff) > se
-    by_val = np.where(diff > 0, "dual", "shared")
+    cars_decisions = [Decision(rule="cars", choice=str(c), score=float(sc), standard_error=float(e))
+                      for c, sc, e in zip(cars, table["cars_score"].to_numpy(float), table["cars_se"].to_numpy(float))]
+    by_validation = [validation_choice(d, e)[0] for d, e in zip(diff, se)]
+    cars_ties = [validation_choice(d, e, "cars", c)[0] for d, e, c in zip(diff, se, cars_decisions)]
     return {"cars": cars,
-            "validation": np.where(clear, by_val, "shared"),
-            "validation, CARS breaks ties": np.where(clear, by_val, np.where(cars_clear, cars, "shared")),
+            "validation": np.array(by_validation, dtype=object).astype(str),
+            "validation, CARS breaks ties": np.array(cars_ties, dtype=object).astype(str),
             "shared": np.full(len(table), "shared"), "dual": np.full(len(table), "dual")}
 
 

@@ -135,7 +135,7 @@ def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str)
                     f"{' --quick' if suffix else ''}`).\n")
         table = _read_committed(saved, ("rank", "angle", "cells", "regret_cars", "accuracy_cars"),
                                 "asymgeo reproduce rq1_selectors --config-dir experiments")
-    rules = [r for r in ("cars", "sure", "aniso", "cv", "ranking", "shared", "dual") if f"regret_{r}" in table]
+    rules = [r for r in ("cars", "sure", "anisotropic", "cv", "pairwise", "shared", "dual") if f"regret_{r}" in table]
     rows = [[str(r["rank"]), str(r["angle"]), int(r["cells"]),
              *(f"{float(r[f'regret_{g}']):.4f} / {100 * float(r[f'accuracy_{g}']):.0f}%" for g in rules)]
             for r in table.to_dict("records")]
@@ -144,7 +144,7 @@ def _rq1_selectors_text(results_dir: str | os.PathLike, docs: Path, suffix: str)
         "### RQ1's simulation near the zero contour (0.4 to 0.8 rad)",
         "",
         "The RQ1 cells (same model, test sets and training triples, `experiments/rq1_selectors.toml`) with "
-        "every selector on the training triples; `ranking` here fits on 80% of the triples and ranks each "
+        "every selector on the training triples; `pairwise` fits on 80% of the triples and ranks each "
         "held-out positive against its negative. Entry: mean retrieval regret (NDCG@10 of the better "
         "family minus the chosen one's) / accuracy (the chosen family has the higher test NDCG@10).",
         "",

@@ -45,7 +45,7 @@ __all__ = ["cell", "explode", "join_selectors", "summarise", "reliability", "rep
 #: ``cell_seed(master_seed, SEED_KEY)`` is the base seed of the halves and bootstrap resamples.
 SEED_KEY = 4
 #: Rules scored on the half folds: the selectors' rules, then the half-fold oracle.
-RULES = ("cars", "sure", "aniso", "cv", "cv0", "ranking", "shared", "dual", "oracle")
+RULES = ("cars", "sure", "anisotropic", "cv", "cv0", "ranking", "shared", "dual", "oracle")
 _KEYS = ["centring", "dataset", "encoder", "fold", "rank", "size"]
 _ROW_COLUMNS = ("fold", "size", "rank", "loss_shared", "loss_dual", "diff_se", "half_regret_shared",
                 "half_regret_dual", "half_regret_oracle")

@@ -91,42 +91,34 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
         out.update(cars_score=cars.score, cars_se=cars.standard_error, cars_choice=cars.choice,
                    cars_seed=cars_seed, n_jobs=1)
     if config.get("selectors"):
-        out.update(_other_selectors(tr, rank, cell_seed(master, 4, s, n)))
+        out.update(_other_selectors(tr, rank, cell_seed(master, 4, s, n), config.get("selector_rules")))
     return out
 
 
-def _other_selectors(tr: Any, rank: int, seed: int) -> dict[str, Any]:
-    """Beyond the paper (issue 20): the other selectors on the same training triples.
+#: Registered rules the RQ1 selector cells compute beside CARS (``config["selectors"]`` true),
+#: unless the config lists its own (``config["selector_rules"]``, comma-separated).
+OTHER_SELECTORS = ("cv", "anisotropic", "sure", "pairwise")
 
-    ``cv``: :func:`~asymgeo.kernels.operator_risk.cross_validated_risk` (5 folds, one SE);
-    ``aniso``: :func:`~asymgeo.kernels.theory.anisotropic_sure`; ``sure``: eq. 4 (isotropic
-    plug-in); ``ranking``: 80% of the triples fit both truncations, the other 20% rank their
-    positive against their negative (held-out pairwise accuracy of ``x^T M y``), dual iff it
-    is more accurate by more than one standard error of the paired per-triple difference.
-    """
-    from ..kernels.geometry import dual_truncate, shared_truncate
-    from ..kernels.operator_risk import cross_validated_risk
-    from ..kernels.theory import anisotropic_sure, sure_statistic
+
+def _other_selectors(tr: Any, rank: int, seed: int, names: Any = None) -> dict[str, Any]:
+    """Beyond the paper (issue 20): the other registered selectors on the same training triples,
+    each with ``seed`` (5 inner folds for the cross-validated risk; a rule that does not apply,
+    such as SURE without a rank-r PSD point, picks shared with score NaN).  Columns
+    ``<rule>_choice``, ``<rule>_score`` and, with a standard error, ``<rule>_se``; ``pairwise`` is
+    the held-out pairwise accuracy (:mod:`asymgeo.selectors.pairwise`)."""
+    from ..selectors.registry import RuleNotApplicable, SelectionContext, get_rule
 
     X = np.asarray(tr.X, dtype=np.float64)
     D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
-    n = X.shape[0]
-    cv = cross_validated_risk(X, D, np.zeros_like(D), rank, folds=min(5, n), seed=seed)
-    an = anisotropic_sure(X, D, rank)
-    try:
-        sure = sure_statistic(X, D, rank)[0].choice
-    except ValueError:
-        sure = "shared"
-    perm = np.random.default_rng(np.random.SeedSequence(seed)).permutation(n)
-    val, fit = perm[: max(2, n // 5)], perm[max(2, n // 5):]
-    C = X[fit].T @ D[fit] / fit.size
-    right = {g: (np.einsum("ij,jk,ik->i", X[val], M, D[val]) > 0).astype(float)
-             for g, M in (("shared", shared_truncate(C, rank)), ("dual", dual_truncate(C, rank)))}
-    d = right["dual"] - right["shared"]
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
-    return {"cv_choice": cv.choice, "cv_score": cv.score, "aniso_choice": an.choice, "aniso_score": an.score,
-            "sure_choice": sure, "ranking_choice": "dual" if float(d.mean()) > se else "shared",
-            "ranking_score": float(d.mean())}
+    listed = OTHER_SELECTORS if not names else [n.strip() for n in str(names).split(",") if n.strip()]
+    out: dict[str, Any] = {}
+    for name in listed:
+        rule = get_rule(name, argument="selector_rules")
+        try:
+            out.update(rule.decide(X, D, rank, seed=seed, context=SelectionContext(cv_folds=5)).cell())
+        except RuleNotApplicable:
+            out.update({f"{rule.name}_choice": "shared", f"{rule.name}_score": float("nan")})
+    return out
 
 
 def selector_regrets(df, angles: tuple[float, ...] = (0.4, 0.6, 0.8)):
@@ -137,7 +129,7 @@ def selector_regrets(df, angles: tuple[float, ...] = (0.4, 0.6, 0.8)):
     sub = df[np.isin(np.round(df["angle"].astype(float), 6), np.round(angles, 6))].copy()
     best = np.maximum(sub["ndcg_shared"], sub["ndcg_dual"])
     winner = np.where(sub["ndcg_dual"] > sub["ndcg_shared"], "dual", "shared")
-    rules = [r for r in ("cars", "sure", "aniso", "cv", "ranking") if f"{r}_choice" in sub]
+    rules = [r for r in ("cars", "sure", "anisotropic", "cv", "pairwise") if f"{r}_choice" in sub]
     rows = []
     for key, g in [(("all", "all"), sub), *sub.groupby(["rank", "angle"])]:
         idx = g.index

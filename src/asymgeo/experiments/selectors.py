@@ -13,13 +13,17 @@ Rules compared per dataset x encoder x centring (each a choice per cell, regret
 :math:`L_{\hat g} - \min(L_s, L_d)`, averaged within a fold, then over folds):
 
 * ``cars`` (eq. 7), ``sure`` (eq. 4), always-``shared``, always-``dual``;
-* ``aniso``: SURE with the dual-only directions priced by their own noise
+* ``anisotropic``: SURE with the dual-only directions priced by their own noise
   (:func:`asymgeo.kernels.theory.anisotropic_sure`, Theorem 2 with a general covariance);
-* ``ranking``: the ranking-aware rule (:func:`asymgeo.retrieval.ranking_selector.ranking_choice`):
+* ``ranking``: the ranking-aware rule (:mod:`asymgeo.selectors.ranking`):
   80% of the prefix's queries give the moment, the other 20% the validation NDCG@10 of both
   closed-form augmented operators by exact search over the corpus (one SE toward shared);
 * ``cv``: dual iff the cross-validated :math:`\overline{L_s - L_d}` exceeds its standard error
   (one-SE rule toward shared), and ``cv0``: dual iff it is positive (no SE margin).
+
+The cell computes the registered rules named by the config's ``rules`` (default
+:data:`CELL_RULES`) through the selector registry; each stores its ``<rule>_score``,
+``<rule>_se`` (with a standard error) and ``<rule>_choice`` per size.
 
 Within-size rank correlation: at each training size, Spearman's correlation of a rule's score
 (CARS score, cross-validated mean) with the held-out :math:`L_s - L_d` over folds x ranks.
@@ -34,18 +38,23 @@ from typing import Any
 import numpy as np
 
 from ..estimators.validation import _derived_seed
-from ..kernels.operator_risk import cross_validated_risk, prefix_moments, truncation_losses
-from ..kernels.theory import anisotropic_sure
+from ..kernels.operator_risk import prefix_moments, truncation_losses
+from ..selectors.registry import SelectionContext, get_rule
 from .real_pool import fold_arrays, fold_design, pool_triples
 from .runner import cell_seed
 
 __all__ = ["cell", "explode", "join_table1", "summarise", "size_correlations", "report_section", "RULES"]
 
 #: Rules in the summary (the choice column of each is ``<rule>_choice``; fixed rules pick themselves).
-RULES = ("cars", "sure", "aniso", "cv", "cv0", "ranking", "shared", "dual")
+RULES = ("cars", "sure", "anisotropic", "cv", "cv0", "ranking", "shared", "dual")
+#: Registered rules each cell computes (``cv0`` is the sign of ``cv``'s score, derived in :func:`explode`;
+#: CARS and SURE come from Table 1's cells).
+CELL_RULES = ("cv", "anisotropic", "ranking")
 _KEYS = ["centring", "dataset", "encoder", "fold", "rank", "size"]
-_LIST_COLUMNS = ("size", "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice",
-                 "ranking_score", "ranking_se", "ranking_choice")
+#: Per-size list columns of a cell besides the rules' own.
+_BASE_COLUMNS = ("size", "loss_shared", "loss_dual")
+#: Seed offsets of the rules (``_derived_seed(seed, fold, m, *offset)``), as in 0.2.0's cells.
+_SEED_KEYS: dict[str, tuple[int, ...]] = {"ranking": (7,)}
 
 
 @functools.lru_cache(maxsize=2)
@@ -58,13 +67,13 @@ def _retrieval_data(dataset: str, encoder: str, data_dir: str | None, cache_dir:
     return np.asarray(emb.corpus, dtype=np.float32), list(emb.corpus_ids), ds.qrels(pool)
 
 
-def _ranking_cell(pool: Any, design: Any, X: np.ndarray, D: np.ndarray, m: int, rank: int, seed: int,
-                  config: dict[str, Any]) -> tuple[float, float, str]:
-    """The ranking-aware rule inside a training prefix: 80% of its queries give the moment, the
-    other 20% (with their qrels) the validation NDCG@10 over the whole corpus; raw query
+def _retrieval_context(pool: Any, design: Any, X: np.ndarray, D: np.ndarray, m: int, seed: int,
+                       config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, SelectionContext]:
+    """For a rule needing retrieval, inside a training prefix: 80% of its queries give the moment,
+    the other 20% (with their qrels) the validation NDCG@10 over the whole corpus; raw query
     embeddings are searched (the moment may be centred)."""
     from ..retrieval.metrics import RelevanceTable
-    from ..retrieval.ranking_selector import ranking_choice
+    from ..retrieval.ranking_selector import ranking_scorer
 
     corpus, corpus_ids, qrels = _retrieval_data(str(config["dataset"]), str(config["encoder"]),
                                                 config.get("data_dir") or None, config.get("cache_dir") or None,
@@ -75,15 +84,16 @@ def _ranking_cell(pool: Any, design: Any, X: np.ndarray, D: np.ndarray, m: int, 
     val, fit = rows[perm[:n_val]], rows[perm[n_val:]]
     ids = [pool.ids[i] for i in val]
     table = RelevanceTable({q: qrels[q] for q in ids}, ids, corpus_ids, unknown_docs="ignore")
-    rc = ranking_choice(X[fit], D[fit], pool.X[val].astype(np.float32), table, corpus, rank)
-    return rc.diff, rc.standard_error, rc.choice
+    scorer = ranking_scorer(pool.X[val].astype(np.float32), table, corpus)
+    return X[fit], D[fit], SelectionContext(score_operator=scorer)
 
 
 def cell(config: dict[str, Any]) -> dict[str, Any]:
     """One (centring, dataset, encoder, fold, rank) column.  Config keys: ``centring, dataset,
     encoder, fold, rank, folds, cv_folds, data_dir, cache_dir, pool, master_seed`` (the Table 1
     master seed: the inner folds use the seed Table 1's CARS uses at each (fold, size)) and,
-    optionally, ``max_size`` (only the nested sizes up to it)."""
+    optionally, ``max_size`` (only the nested sizes up to it) and ``rules`` (comma-separated
+    registered rules; default :data:`CELL_RULES`)."""
     pool = pool_triples(str(config["dataset"]), str(config["encoder"]), config.get("data_dir") or None,
                         config.get("cache_dir") or None, str(config.get("pool", "train")))
     fold, rank = int(config["fold"]), int(config["rank"])
@@ -94,21 +104,32 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     Xtr, Dtr = X[train], D[train]
     M_test = X[test].T @ D[test] / test.size
     moments = prefix_moments(Xtr, Dtr, design.sizes)
-    out: dict[str, list[Any]] = {k: [] for k in _LIST_COLUMNS}
     k = int(config.get("cv_folds", 5))
+    names = config.get("rules") or ",".join(CELL_RULES)
+    rules = [get_rule(n.strip(), argument="rules") for n in str(names).split(",") if n.strip()]
+    out: dict[str, list[Any]] = {key: [] for key in _BASE_COLUMNS}
     top = int(config.get("max_size") or max(design.sizes))  # tests: the small sizes only
     for m in sorted(x for x in design.sizes if x <= top):
         losses = truncation_losses(moments[m], M_test, [rank])
-        cv = cross_validated_risk(Xtr[:m], Dtr[:m], np.zeros_like(Dtr[:m]), rank, folds=min(k, m),
-                                  seed=_derived_seed(seed, fold, m))
-        an = anisotropic_sure(Xtr[:m], Dtr[:m], rank)
-        rk = _ranking_cell(pool, design, X, D, m, rank, _derived_seed(seed, fold, m, 7), config)
-        for key, value in (("size", int(m)), ("loss_shared", float(losses.shared[0])),
-                           ("loss_dual", float(losses.dual[0])), ("cv_score", cv.score),
-                           ("cv_se", cv.standard_error), ("aniso_score", an.score), ("aniso_choice", an.choice),
-                           ("ranking_score", rk[0]), ("ranking_se", rk[1]), ("ranking_choice", rk[2])):
-            out[key].append(value)
+        row: dict[str, Any] = {"size": int(m), "loss_shared": float(losses.shared[0]),
+                               "loss_dual": float(losses.dual[0])}
+        for rule in rules:
+            rule_seed = _derived_seed(seed, fold, m, *_SEED_KEYS.get(rule.name, ()))
+            Xr, Dr, context = Xtr[:m], Dtr[:m], SelectionContext(cv_folds=k)
+            if "retrieval" in rule.needs:
+                Xr, Dr, context = _retrieval_context(pool, design, X, D, m, rule_seed, config)
+            row.update(rule.decide(Xr, Dr, rank, seed=rule_seed, context=context).cell())
+        for key, value in row.items():
+            out.setdefault(key, []).append(value)
     return {**out, "p": pool.p, "n_train": int(train.size), "n_test": int(test.size), "cv_folds": k}
+
+
+_RULE_SUFFIXES = ("_score", "_se", "_choice")
+
+
+def _list_columns(df) -> list[str]:
+    """The per-size list columns of the results table (the base ones and every rule's)."""
+    return [*_BASE_COLUMNS, *(c for c in df.columns if c.endswith(_RULE_SUFFIXES))]
 
 
 def explode(df):
@@ -117,14 +138,17 @@ def explode(df):
     import pandas as pd
 
     rows = []
-    for r in df.itertuples(index=False):
-        base = {key: getattr(r, key) for key in _KEYS if key != "size"}
-        cols = {key: list(getattr(r, key)) for key in _LIST_COLUMNS}
+    listed = _list_columns(df)
+    for r in df.to_dict("records"):
+        base = {key: r[key] for key in _KEYS if key != "size"}
+        cols = {key: list(r[key]) for key in listed}
         for j in range(len(cols["size"])):
-            rows.append({**base, **{key: cols[key][j] for key in _LIST_COLUMNS}})
+            rows.append({**base, **{key: cols[key][j] for key in listed}})
     out = pd.DataFrame(rows)
-    out["cv_choice"] = np.where(out["cv_score"] > out["cv_se"], "dual", "shared")
-    out["cv0_choice"] = np.where(out["cv_score"] > 0, "dual", "shared")
+    if "cv_choice" not in out:  # cells of 0.2.0 stored the cv score and its standard error only
+        out["cv_choice"] = np.where(out["cv_score"] > out["cv_se"], "dual", "shared")
+    if "cv0_choice" not in out:  # the cv0 rule's choice from the same folds: the sign of the cv mean
+        out["cv0_choice"] = np.where(out["cv_score"] > 0, "dual", "shared")
     return out
 
 
@@ -200,7 +224,7 @@ def size_correlations(joined, min_size: int = 256):
     for key, g in joined[joined["size"] >= min_size].groupby(["centring", "dataset", "encoder", "size"], sort=True):
         row: dict[str, Any] = dict(zip(("centring", "dataset", "encoder", "size"), key, strict=True))
         row["cells"] = len(g)
-        for name, col in (("cars", "cars_score"), ("cv", "cv_score"), ("aniso", "aniso_score"),
+        for name, col in (("cars", "cars_score"), ("cv", "cv_score"), ("anisotropic", "anisotropic_score"),
                           ("ranking", "ranking_score")):
             flat = g[col].nunique() < 2 or g["advantage"].nunique() < 2
             row[f"spearman_{name}"] = (float(stats.spearmanr(g[col], g["advantage"]).statistic)
@@ -224,7 +248,7 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
     corr = size_correlations(joined)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        cols = [*_KEYS, "loss_shared", "loss_dual", "cv_score", "cv_se", "aniso_score", "aniso_choice",
+        cols = [*_KEYS, "loss_shared", "loss_dual", "cv_score", "cv_se", "anisotropic_score", "anisotropic_choice",
                 "ranking_score", "ranking_se", "ranking_choice", "cars_score", "cars_choice", "sure_choice"]
         joined[cols].to_csv(Path(out_dir) / f"selectors_cells{suffix}.csv", index=False, float_format="%.6g")
     rows = []
@@ -236,11 +260,11 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
     crow = []
     for r in corr.itertuples():
         crow.append([r.dataset, r.encoder, r.centring, int(r.size), int(r.cells), _fmt(r.spearman_cars),
-                     _fmt(r.spearman_cv), _fmt(r.spearman_aniso), _fmt(r.spearman_ranking)])
+                     _fmt(r.spearman_cv), _fmt(r.spearman_anisotropic), _fmt(r.spearman_ranking)])
     claims: list[list[str]] = []
     goal_lines = []
     for r in s.itertuples():
-        best = min(("cv", "cv0", "sure", "aniso", "ranking"), key=lambda g: getattr(r, f"regret_{g}"))
+        best = min(("cv", "cv0", "sure", "anisotropic", "ranking"), key=lambda g: getattr(r, f"regret_{g}"))
         cars_reg, new_reg = float(r.regret_cars), float(getattr(r, f"regret_{best}"))
         halves = (new_reg <= 0.5 * cars_reg) if cars_reg > 0 else (new_reg == 0.0)
         keeps = float(getattr(r, f"accuracy_{best}")) >= float(r.accuracy_cars) - 1e-9
@@ -259,7 +283,7 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
         "## Beyond the paper: selectors against CARS (Table 1 protocol, full space)",
         "",
         "Every (fold, nested size, rank in 4, 8, 16, 32) cell of Table 1's full-space design. "
-        "`cars`, `sure`: Table 1's CARS (eq. 7) and SURE (eq. 4); `aniso`: SURE with the dual-only "
+        "`cars`, `sure`: Table 1's CARS (eq. 7) and SURE (eq. 4); `anisotropic`: SURE with the dual-only "
         "directions priced by their own per-triple noise (docs/selectors.md); `cv`: cross-validated operator "
         "risk, five folds inside the training prefix, dual only when the mean held-out L_s - L_d exceeds its "
         "standard error; `cv0`: the same mean, dual when positive; `ranking`: 80% of the prefix gives the "
@@ -274,10 +298,11 @@ def report_section(joined, out_dir: str | Path | None = None, suffix: str = "") 
         "Within-size Spearman correlation of each score with the held-out L_s - L_d (over folds x ranks), "
         "n >= 256:",
         "",
-        md_table(["dataset", "encoder", "centring", "n", "cells", "CARS score", "cv mean", "aniso score",
+        md_table(["dataset", "encoder", "centring", "n", "cells", "CARS score", "cv mean", "anisotropic score",
                   "ranking diff"], crow),
         "",
-        "The issue's goal, per dataset x encoder x centring (the best of cv, cv0, aniso, ranking and SURE against "
+        "The issue's goal, per dataset x encoder x centring (the best of cv, cv0, anisotropic, ranking and SURE "
+        "against "
         "CARS):",
         "",
         *goal_lines,

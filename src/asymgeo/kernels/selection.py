@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._deprecation import renamed_argument
-from .._runtime import available_cpus, limit_blas_threads
+from .._runtime import available_cpus
 from .._validation import (
     as_float_matrix,
     check_int,
@@ -21,19 +21,8 @@ from .._validation import (
     check_seed,
     check_triples_informative,
 )
-from ..linalg import lapack
 from ..linalg.batched import batched_cars_terms, resolve_device
-from ..linalg.lowrank import (
-    KRYLOV_MIN_GAP,
-    MIXED_MIN_DIM,
-    MixedProbe,
-    krylov_suits,
-    mixed_probe,
-    top_eigen,
-    top_singular,
-    top_sym_eigen,
-)
-from .geometry import sym
+from ..linalg.solver_choice import HalfMomentSolver, TopSpectra, check_solver, single_threaded_blas, top_spectra
 
 __all__ = [
     "CarsResult",
@@ -147,13 +136,20 @@ def residual_factors(
     skip their Gram products (see :func:`asymgeo.linalg.lowrank.top_singular`); ``start_*`` seed
     ``method="krylov"``; ``mixed`` tries the mixed-precision solvers first (the eigensolver, and
     for p >= 512 the SVD of a formed moment); ``eigen``
-    passes the top-r eigenpairs of ``sym(C)`` when already known.
+    passes the top-r eigenpairs of ``sym(C)`` when already known.  The solvers are
+    :func:`asymgeo.linalg.solver_choice.top_spectra`'s.
     """
-    U, s, V = top_singular(C, rank, method=method, start=start_right, factors=factors, grams=grams, mixed=mixed)
-    eta, Q = eigen if eigen is not None else top_eigen(sym(C), rank, method=method, start=start_eig, mixed=mixed)
-    eta = np.maximum(eta, 0.0)
-    L = np.concatenate([U * s, -(Q * eta)], axis=1)
-    R = np.concatenate([V, Q], axis=1)
+    return _residual_of(top_spectra(C, rank, method=method, start_right=start_right, start_eig=start_eig,
+                                    factors=factors, grams=grams, mixed=mixed, eigen=eigen))
+
+
+def _residual_of(spectra: TopSpectra) -> tuple[np.ndarray, np.ndarray]:
+    r"""Factors ``(L, R)`` of :math:`V(C) = U_r \mathrm{diag}(s_r) V_r^\top - Q_r \mathrm{diag}(\eta_r^+) Q_r^\top`
+    from the top-r spectra of ``C``: the dual truncation minus the positive eigen-truncation."""
+    eta = np.maximum(spectra.eigenvalues, 0.0)
+    Q = spectra.eigenvectors
+    L = np.concatenate([spectra.left * spectra.singular_values, -(Q * eta)], axis=1)
+    R = np.concatenate([spectra.right, Q], axis=1)
     return L, R
 
 
@@ -168,10 +164,6 @@ def _resolve_jobs(n_jobs: int | None, n_tasks: int, p: int) -> int:
     if n_jobs is None:
         n_jobs = available_cpus()
     return max(1, min(check_int(n_jobs, "n_jobs", note=" or None"), n_tasks))
-
-
-def _single_threaded_blas():
-    return limit_blas_threads(1)
 
 
 def _seed_streams(seed: int | np.random.Generator) -> tuple[np.random.Generator, np.random.Generator, int | None]:
@@ -209,142 +201,12 @@ def _check_splits(splits: Sequence[tuple[Sequence[int], Sequence[int]]], n: int)
     return split_list
 
 
-def _krylov_starts(
-    C_all: np.ndarray, full: tuple[np.ndarray, np.ndarray], rank: int, method: str
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Warm starts for ``method="krylov"``: the full-data leading subspaces, with headroom.
-
-    Right singular vectors of width 2r (so the solver also sees the directions just below
-    the truncation edge), and both ends of the symmetric spectrum (large negative
-    eigenvalues are what slows a Krylov solver for the top algebraic ones).
-    """
-    p = C_all.shape[0]
-    width = min(2 * rank, p)
-    if method != "krylov" or 4 * width + 16 > p:
-        return None, None
-    _, _, V_all = top_singular(C_all, width, method=method)
-    Q_all = np.concatenate([full[1][:, rank:], top_eigen(-sym(C_all), rank, method=method)[1]], axis=1)
-    return V_all, Q_all
-
-
-def _choose_solver(C_all: np.ndarray, rank: int, method: str, probe: MixedProbe | None = None) -> str:
-    """``method="auto"``: ``"krylov"`` if it certifies on the full-data moment (a clear
-    spectral gap at ``rank``: then warm-started Krylov beats LAPACK on every half), else
-    ``"dense"`` (thin factors, mixed precision and subset LAPACK: real embeddings).  The
-    Krylov probe is skipped when the mixed-precision ``probe`` already shows a spectrum too
-    flat for it (``krylov_gap`` below :data:`KRYLOV_MIN_GAP`)."""
-    if method != "auto":
-        return method
-    if probe is not None and probe.krylov_gap < KRYLOV_MIN_GAP:
-        return "dense"
-    return "krylov" if krylov_suits(C_all, rank) else "dense"
-
-
-def _split_term(
-    X: np.ndarray,
-    D: np.ndarray,
-    C_all: np.ndarray,
-    pair: tuple[np.ndarray, np.ndarray],
-    rank: int,
-    method: str,
-    starts: tuple[np.ndarray | None, np.ndarray | None],
-    grams: tuple[np.ndarray, np.ndarray] | None,
-    low: _LowPrecision | None = None,
-) -> tuple[float, float]:
-    """``(<V_I1, V_I2>_F, ||V_I1 - V_I2||_F^2)`` of one half-split.
-
-    ``grams`` are the full-data ``(X X^T, D D^T)``: a half's Gram matrices are their
-    sub-blocks, so its thin-factor SVD costs only (m, m) work.  ``low`` (dense solver,
-    p >= 256, the mixed-precision probe passed): float32 copies for the mixed-precision
-    eigensolver of each half's symmetric part; thin halves then never form their moment in
-    float64, other halves refine with the float64 moment.
-    """
-    I1, I2 = pair
-    n = X.shape[0]
-    m1, m2 = I1.size, I2.size
-    X1, D1 = X[I1], D[I1]
-    if grams is not None:  # halves of fewer than 3p/4 triples: the thin-factor SVD
-        X2, D2 = X[I2], D[I2]
-        g1 = (grams[0][np.ix_(I1, I1)], grams[1][np.ix_(I1, I1)])
-        g2 = (grams[0][np.ix_(I2, I2)], grams[1][np.ix_(I2, I2)])
-        if low is not None:  # no float64 half moment at all
-            S1, S2 = low.half_symmetric_parts(I1, I2, n)
-            f1 = _half_residual_factors(X1, D1, 1.0 / m1, rank, g1, S1)
-            f2 = _half_residual_factors(X2, D2, 1.0 / m2, rank, g2, S2)
-        else:
-            C1, C2 = _half_moments(X, D, C_all, I1, I2, X1, D1)
-            f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                                  factors=(X1, D1, 1.0 / m1), grams=g1)
-            f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                                  factors=(X2, D2, 1.0 / m2), grams=g2)
-    else:  # the formed moments answer (Krylov, or halves of more than 3p/4 triples): no factors needed
-        C1, C2 = _half_moments(X, D, C_all, I1, I2, X1, D1)
-        f1 = residual_factors(C1, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              mixed=low is not None)
-        f2 = residual_factors(C2, rank, method=method, start_right=starts[0], start_eig=starts[1],
-                              mixed=low is not None)
+def _split_term(solver: HalfMomentSolver, pair: tuple[np.ndarray, np.ndarray]) -> tuple[float, float]:
+    """``(<V_I1, V_I2>_F, ||V_I1 - V_I2||_F^2)`` of one half-split; ``solver`` truncates the halves."""
+    f1, f2 = (_residual_of(spectra) for spectra in solver.half_spectra(*pair))
     a = _inner(f1, f2)
     n1, n2 = _inner(f1, f1), _inner(f2, f2)
     return a, max(n1 + n2 - 2.0 * a, 0.0)
-
-
-def _half_moments(
-    X: np.ndarray, D: np.ndarray, C_all: np.ndarray, I1: np.ndarray, I2: np.ndarray,
-    X1: np.ndarray, D1: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Both float64 half moments; the second from the full moment when the halves cover the
-    data (``n C = m1 C1 + m2 C2``: half the work, and no copy of the second half's rows)."""
-    n, m1, m2 = X.shape[0], I1.size, I2.size
-    C1 = X1.T @ D1 / m1
-    if m1 + m2 == n:
-        return C1, (n * C_all - m1 * C1) / m2
-    return C1, X[I2].T @ D[I2] / m2
-
-
-def _gram(A: np.ndarray) -> np.ndarray:
-    """``A A^T`` by BLAS ``syrk`` (half the flops of a general product), both triangles."""
-    from scipy.linalg import blas
-
-    G = blas.dsyrk(1.0, A, lower=1)
-    return np.tril(G) + np.tril(G, -1).T
-
-
-def _half_residual_factors(
-    Xh: np.ndarray, Dh: np.ndarray, c: float, rank: int,
-    grams: tuple[np.ndarray, np.ndarray] | None, S32: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`residual_factors` of the half moment ``c Xh^T Dh``, from its factors only."""
-    U, s, V = top_singular(None, rank, factors=(Xh, Dh, c), grams=grams)
-    eta, Q = top_sym_eigen(Xh, Dh, c, rank, S32=S32, overwrite=True)
-    eta = np.maximum(eta, 0.0)
-    return np.concatenate([U * s, -(Q * eta)], axis=1), np.concatenate([V, Q], axis=1)
-
-
-@dataclass
-class _LowPrecision:
-    """float32 copies of the triples and of ``sym(C_all)`` for the mixed-precision path."""
-
-    X32: np.ndarray
-    D32: np.ndarray
-    S_all32: np.ndarray
-
-    @classmethod
-    def build(cls, X: np.ndarray, D: np.ndarray, C_all: np.ndarray) -> _LowPrecision:
-        S = sym(C_all).astype(np.float32)
-        return cls(X.astype(np.float32), D.astype(np.float32), np.asfortranarray(S))
-
-    def symmetric_part(self, idx: np.ndarray) -> np.ndarray:
-        """Lower triangle of ``sym(C_I)`` in float32 (BLAS ``ssyr2k``, Fortran order)."""
-        return lapack.ssyr2k_lower(0.5 / idx.size, self.X32[idx], self.D32[idx])
-
-    def half_symmetric_parts(self, I1: np.ndarray, I2: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        S1 = self.symmetric_part(I1)
-        m1, m2 = I1.size, I2.size
-        if m1 + m2 != n:
-            return S1, self.symmetric_part(I2)
-        S2 = self.S_all32 * np.float32(n / m2)  # complement: n S = m1 S1 + m2 S2
-        S2 -= np.float32(m1 / m2) * S1
-        return S1, S2
 
 
 def _map_splits(
@@ -410,7 +272,8 @@ def cars_score(
         moment and on index subsets, certified), ``"krylov"`` (certified block Krylov
         warm-started from the full-data subspaces, falling back to dense) or ``"auto"``
         (``"krylov"`` when p >= 512, rank <= p/16 and Krylov certifies on the full-data
-        moment, else ``"dense"``); see :mod:`asymgeo.linalg.lowrank`.
+        moment, else ``"dense"``), chosen once per call by
+        :class:`asymgeo.linalg.solver_choice.HalfMomentSolver`; see :mod:`asymgeo.linalg.lowrank`.
     method : deprecated alias of ``solver`` (removed in 0.3).
     device : where the half-split truncations run.  ``"auto"`` (default): the batched torch
         path on CUDA when torch imports and ``torch.cuda.is_available()`` (on Linux torch is
@@ -454,8 +317,7 @@ def cars_score(
         split_list = _check_splits(splits, n)
 
     if torch_device is not None:
-        if method not in ("auto", "dense", "krylov"):
-            raise ValueError(f"solver: expected 'auto', 'dense' or 'krylov', got {method!r}")
+        check_solver(method)
         terms = batched_cars_terms(X, D, split_list, rank, torch_device)
         return _summarise(terms.pairs, terms.raw_distance, n=n, rank=rank, selector_dim=selector_dim,
                           seed=seed_value)
@@ -463,22 +325,13 @@ def cars_score(
     # Single-threaded BLAS throughout (parallelism comes from threads over splits): the
     # solvers alternate numpy's and scipy's OpenBLAS, and two multithreaded pools taking
     # turns spin against each other (measured 20x slower on a loaded 2-core machine).
-    with _single_threaded_blas():
+    with single_threaded_blas():
         C_all = X.T @ D / n
-        # p >= 256: the mixed-precision eigensolver on the full-data moment is both its answer
-        # and the probe for the halves (declined: a cluster at the truncation edge, and every
-        # half goes to float64 LAPACK); it also tells whether Krylov is worth probing.
-        probe = mixed_probe(C_all, rank) if method in ("auto", "dense") and p >= MIXED_MIN_DIM else None
-        method = _choose_solver(C_all, rank, method, probe)
-        eigen_all = (probe.values, probe.vectors) if probe is not None and method != "krylov" else None
-        full = residual_factors(C_all, rank, method=method, factors=(X, D, 1.0 / n), eigen=eigen_all)
-        starts = _krylov_starts(C_all, full, rank, method)
-        # Halves of fewer than 3p/4 triples take the thin-factor SVD: their Gram matrices are
-        # sub-blocks of the full-data ones, computed once here.
-        grams = (_gram(X), _gram(D)) if method != "krylov" and 4 * (n // 2 + 1) <= 3 * p else None
-        low = _LowPrecision.build(X, D, C_all) if eigen_all is not None else None
-        pairs = _map_splits(lambda pair: _split_term(X, D, C_all, pair, rank, method, starts, grams, low),
-                            split_list, n_jobs, p)
+        # linalg chooses the solver paths once, from the full moment (mixed-precision probe,
+        # Krylov or dense, thin factors or formed halves), and truncates every half
+        half_solver = HalfMomentSolver(X, D, C_all, rank, method)
+        full = _residual_of(half_solver.full)
+        pairs = _map_splits(lambda pair: _split_term(half_solver, pair), split_list, n_jobs, p)
     return _summarise(pairs, _inner(full, full), n=n, rank=rank, selector_dim=selector_dim, seed=seed_value)
 
 

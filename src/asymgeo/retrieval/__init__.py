@@ -1,4 +1,4 @@
-"""Layer 4, retrieval: exact full-corpus search, metrics, paired comparisons; imports layers 0-3, never data.
+"""Layer 5, retrieval: exact full-corpus search, metrics, paired comparisons; imports layers 0-4, never data.
 
 :mod:`.search` (exact top-k: numpy blocks, torch on CUDA, FAISS; ``ExactIndex``,
 ``AdapterIndex``), :mod:`.metrics` (NDCG@k and friends, trec_eval tie order),

@@ -1,61 +1,44 @@
-r"""The ranking-aware geometry selector (issue 20): decide by retrieval, not by operator loss.
+r"""Retrieval for the ranking-aware geometry selector (issue 20): decide by retrieval, not by operator loss.
 
-For each family :math:`g` the closed-form augmented operator of the training moment,
-
-.. math:: M_g(c) = I + c\,\frac{\mathcal P_{g,r}(\widehat C)}{\|\mathcal P_{g,r}(\widehat C)\|_2},
-
-(Theorem 1's truncations, the closed-form baseline of :mod:`asymgeo.adapters.baseline`) is
-scored by NDCG@10 of exact full-corpus search for held-out validation queries; each family
-keeps its best :math:`c` on a small grid (``c = 0`` is the frozen model, the same for both).
-The per-query difference dual - shared of the two best operators has mean ``diff`` and
-standard error ``se``; the rule picks dual iff ``diff > se`` (one standard error toward
-shared, the family with fewer free directions).  Pure functions on arrays and a
-:class:`~asymgeo.retrieval.metrics.RelevanceTable`; no training.
+The rule itself lives in the selector registry (:mod:`asymgeo.selectors.ranking`): for each
+family the closed-form augmented operator :math:`I + c\,\mathcal P_{g,r}(\widehat C)/\|\cdot\|_2`
+is scored by per-query NDCG@10 of held-out validation queries, each family keeping its best
+``c``; dual iff the paired difference exceeds one standard error.  This module gives it what
+it needs from this layer: :func:`ranking_scorer` (exact full-corpus search of judged
+validation queries through an operator) and :func:`pool_validation` (a seeded fifth of a
+labelled pool's queries held out as those validation queries); :func:`ranking_choice` and
+:func:`ranking_choice_on_pool` run the registry's rule on them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .._validation import as_float_matrix, check_rank, check_same_shape
-from ..kernels.geometry import dual_truncate, shared_truncate
+from .._validation import as_float_matrix, check_same_shape
+from ..selectors.ranking import RANKING_SCALES, RankingChoice
+from ..selectors.registry import SelectionContext, get_rule
 from .metrics import RelevanceTable, evaluate_indices
 from .search import exact_search
 
-__all__ = ["RankingChoice", "ranking_choice", "ranking_choice_on_pool", "RANKING_SCALES"]
-
-#: The grid of ``c`` (the closed-form baseline's, :data:`asymgeo.adapters.training.DEFAULT_SCALES`).
-RANKING_SCALES: tuple[float, ...] = (0.0, 0.125, 0.25, 0.5, 1.0, 2.0, 4.0)
+__all__ = ["RankingChoice", "ranking_choice", "ranking_choice_on_pool", "ranking_scorer", "pool_validation",
+           "RANKING_SCALES"]
 
 
-@dataclass(frozen=True)
-class RankingChoice:
-    """Outcome of :func:`ranking_choice`.
+def ranking_scorer(validation_queries: np.ndarray, validation_table: RelevanceTable, corpus: np.ndarray,
+                   k: int = 10) -> Callable[[np.ndarray | None], np.ndarray]:
+    """``f(M) -> (m,)``: per-query NDCG@``k`` of ``validation_queries`` (rows in ``validation_table``'s
+    query order) by exact search of ``corpus`` through the operator ``M`` (None: frozen)."""
+    V = np.asarray(validation_queries)
+    C = np.asarray(corpus)
+    if V.ndim != 2 or C.ndim != 2 or V.shape[1] != C.shape[1]:
+        raise ValueError(f"validation_queries, corpus: expected (m, p) and (N, p) arrays, got {V.shape} and {C.shape}")
 
-    Attributes
-    ----------
-    choice : ``"dual"`` iff ``diff > standard_error``.
-    diff, standard_error : mean and standard error of the per-query NDCG@10 difference
-        dual - shared at each family's best ``c``.
-    ndcg : ``{"shared": v, "dual": v}`` mean validation NDCG@10 at the best ``c``.
-    scale : ``{"shared": c, "dual": c}`` the chosen ``c``.
-    n_validation : validation queries with a relevant document.
-    """
+    def score(operator: np.ndarray | None) -> np.ndarray:
+        return _per_query(V, corpus, validation_table, operator, k)
 
-    choice: str
-    diff: float
-    standard_error: float
-    ndcg: dict[str, float]
-    scale: dict[str, float]
-    n_validation: int
-
-    @property
-    def score(self) -> float:
-        """``diff``: > 0 favours dual."""
-        return self.diff
+    return score
 
 
 def _per_query(queries: np.ndarray, corpus: np.ndarray, table: RelevanceTable, operator: np.ndarray | None,
@@ -76,7 +59,8 @@ def ranking_choice(
     k: int = 10,
 ) -> RankingChoice:
     r"""The family whose closed-form augmented operator :math:`I + c\,M_g/\|M_g\|_2` ranks the
-    validation queries better (NDCG@``k``, exact search), one standard error toward shared.
+    validation queries better (NDCG@``k``, exact search), one standard error toward shared:
+    the registry's rule ``"ranking"`` with :func:`ranking_scorer`.
 
     Parameters
     ----------
@@ -92,54 +76,31 @@ def ranking_choice(
     X = as_float_matrix(X, "X")
     D = as_float_matrix(D, "D")
     check_same_shape({"X": X, "D": D})
-    V = np.asarray(validation_queries)
     p = X.shape[1]
+    V = np.asarray(validation_queries)
     if V.ndim != 2 or V.shape[1] != p or np.asarray(corpus).ndim != 2 or np.asarray(corpus).shape[1] != p:
         raise ValueError(f"validation_queries, corpus: expected (m, {p}) and (N, {p}) arrays, got "
                          f"{V.shape} and {np.asarray(corpus).shape}")
-    grid = [float(c) for c in scales]
-    if not grid or any(not np.isfinite(c) or c < 0 for c in grid):
-        raise ValueError(f"scales: expected non-negative values of c, got {list(scales)!r}")
-    rank = check_rank(rank, p)
-    C = X.T @ D / X.shape[0]
-    best: dict[str, tuple[float, float, np.ndarray]] = {}
-    frozen: np.ndarray | None = None
-    for family, trunc in (("shared", shared_truncate), ("dual", dual_truncate)):
-        M = trunc(C, rank)
-        norm = float(np.linalg.norm(M, 2))
-        for c in grid:
-            if c == 0.0 or norm == 0.0:
-                if frozen is None:
-                    frozen = _per_query(V, corpus, validation_table, None, k)
-                per = frozen
-            else:
-                per = _per_query(V, corpus, validation_table, np.eye(p) + (c / norm) * M, k)
-            if family not in best or per.mean() > best[family][1] + 1e-12:  # ties keep the smaller c
-                best[family] = (c, float(per.mean()), per)
-    d = best["dual"][2] - best["shared"][2]
-    diff = float(d.mean())
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
-    return RankingChoice(choice="dual" if diff > se else "shared", diff=diff, standard_error=se,
-                         ndcg={g: best[g][1] for g in best}, scale={g: best[g][0] for g in best},
-                         n_validation=int(d.size))
+    context = SelectionContext(score_operator=ranking_scorer(V, validation_table, corpus, k),
+                               scales=tuple(float(c) for c in scales))
+    return get_rule("ranking").decide(X, D, rank, context=context).result
 
 
-def ranking_choice_on_pool(
+def pool_validation(
     X: np.ndarray,
     D: np.ndarray,
     query_ids: Sequence[str],
     qrels: dict[str, dict[str, int]],
     corpus: np.ndarray,
     corpus_ids: Sequence[str],
-    rank: int,
     *,
     validation_fraction: float = 0.2,
     seed: int = 0,
-    scales: Sequence[float] = RANKING_SCALES,
-) -> RankingChoice:
-    """:func:`ranking_choice` inside one labelled pool: a seeded ``validation_fraction`` of its
-    *queries* (all rows of a query with several positives go to the same side) are held out with
-    their ``qrels``; the other rows give the moment.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, RelevanceTable]:
+    """Hold out a seeded ``validation_fraction`` of a labelled pool's *queries* (all rows of a query
+    with several positives go to the same side) with their ``qrels``: returns the other rows'
+    ``(X, D)``, the held-out queries' embeddings (their first row) and their :class:`RelevanceTable`
+    over ``corpus_ids`` (give both to :func:`ranking_scorer`).
 
     Parameters
     ----------
@@ -169,4 +130,23 @@ def ranking_choice_on_pool(
         raise ValueError(f"qrels: no judgements for validation query {missing[0]!r} ({len(missing)} missing)")
     table = RelevanceTable({q: qrels[q] for q in val_ids}, val_ids, corpus_ids, unknown_docs="ignore")
     V = np.asarray(X)[[first[q] for q in val_ids]]
-    return ranking_choice(np.asarray(X)[fit], np.asarray(D)[fit], V, table, corpus, rank, scales=scales)
+    return np.asarray(X)[fit], np.asarray(D)[fit], V, table
+
+
+def ranking_choice_on_pool(
+    X: np.ndarray,
+    D: np.ndarray,
+    query_ids: Sequence[str],
+    qrels: dict[str, dict[str, int]],
+    corpus: np.ndarray,
+    corpus_ids: Sequence[str],
+    rank: int,
+    *,
+    validation_fraction: float = 0.2,
+    seed: int = 0,
+    scales: Sequence[float] = RANKING_SCALES,
+) -> RankingChoice:
+    """:func:`ranking_choice` inside one labelled pool (:func:`pool_validation`'s split)."""
+    Xf, Df, V, table = pool_validation(X, D, query_ids, qrels, corpus, corpus_ids,
+                                       validation_fraction=validation_fraction, seed=seed)
+    return ranking_choice(Xf, Df, V, table, corpus, rank, scales=scales)
