@@ -837,3 +837,80 @@ def test_select_validate_prints_how_many_folds_decide_each_size(capsys):
     code, out, err = _run(capsys, [*argv, "--json"])
     got = _json.loads(out)["validation"]
     assert all("decided" in s for s in got["per_size"]) and all(c["heldout_se"] > 0 for c in got["cells"])
+
+
+def test_select_verdict_names_the_fixed_rule_each_measure_compares_with():
+    """Issue #37: accuracy and regret can favour different fixed rules. The reduction is against
+    the fixed rule with the lower regret, and the verdict names that one; accuracy is compared with
+    the more accurate fixed rule, and a refusal says which measure failed (numbers by hand)."""
+    from asymgeo.cli import select_verdict
+
+    per_size = [{"size": 518, "cells": 5, "heldout_dual": 5, "cars_dual": 5, "accuracy": 1.0,
+                 "regret": {"cars": 0.0, "shared": 1.0, "dual": 0.0}}]
+    # always-dual is more accurate (0.6 > 0.4) but always-shared has the lower regret (0.1038 < 0.2)
+    v = {"accuracy": {"cars": 0.9, "shared": 0.4, "dual": 0.6}, "reduction": None, "per_size": per_size,
+         "regret": {"cars": 0.0165, "shared": 0.1038, "dual": 0.2}}
+    text = select_verdict("dual", v)
+    assert text.startswith("validation supports dual (CARS): regret 84% below always-shared's")  # 1 - .0165/.1038
+    assert "accuracy 90.0% vs always-dual 60.0%" in text and "below always-dual" not in text
+    # a more accurate selector whose regret is higher than the better fixed rule's: the refusal names regret
+    v2 = {**v, "accuracy": {"anisotropic": 0.675, "shared": 0.55, "dual": 0.45},
+          "regret": {"anisotropic": 0.2, "shared": 0.1, "dual": 0.3}}
+    text = select_verdict("dual", v2, selector="anisotropic")
+    assert text.startswith("validation does not support dual (anisotropic SURE) on held-out folds: always-shared had "
+                           "the lower regret (0.1 vs 0.2: the selector's 100% above)")
+    assert "more accurate" not in text       # 67.5% beats always-shared's 55.0%: accuracy is not the reason
+
+
+def test_plot_destinations_are_refused_before_any_work(capsys, tmp_path):
+    """Issue #39: `--plot ''` (an unset variable), a folder, and a file asymgeo did not draw are
+    refused before anything is computed or trained, naming the flag; --overwrite replaces the file."""
+    text = tmp_path / "notes.png"
+    text.write_text("my notes")
+    folder = tmp_path / "figs.png"
+    folder.mkdir()
+    select = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--validate", "--folds", "2",
+              *_shared_args()]
+    fit = ["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "dual", "--rank", "4",
+           "--out", str(tmp_path / "ad"), *_shared_args()]
+    for argv in (select, fit):
+        for plot, message in (("", "--plot: empty file name (an unset variable?)"),
+                              (str(folder), f"--plot: {folder} is a folder"),
+                              (str(text), f"--plot: {text} exists and was not drawn by asymgeo; pass --overwrite")):
+            code, out, err = _run(capsys, [*argv, "--plot", plot])
+            assert code == 2 and message in err and out == "", (argv[0], plot, err)
+        code, out, err = _run(capsys, [*argv, "--overwrite"])
+        assert code == 2 and "--overwrite: only replaces an existing --plot file" in err
+    assert text.read_text() == "my notes" and not (tmp_path / "ad").exists()
+
+
+def test_select_validate_replaces_its_own_plot_and_shows_progress_when_piped(capsys, tmp_path):
+    """An existing figure asymgeo drew is replaced without --overwrite; a user's file only with it.
+    The validation's progress reaches stderr although stderr is not a terminal (issue #39)."""
+    from asymgeo._atomic import written_by_asymgeo
+
+    png = tmp_path / "check.png"
+    argv = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-splits", "4", "--validate",
+            "--folds", "2", "--plot", str(png), *_shared_args()]
+    code, out, err = _run(capsys, argv)
+    assert code == 0, err
+    assert written_by_asymgeo(png) and "validate rank 4" in err      # the bar, piped
+    first = png.stat().st_mtime_ns
+    code, out, err = _run(capsys, [*argv, "--no-progress"])             # its own figure: replaced
+    assert code == 0 and png.stat().st_mtime_ns >= first and "validate rank" not in err
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 16)                  # a PNG asymgeo did not draw
+    code, out, err = _run(capsys, argv)
+    assert code == 2 and "was not drawn by asymgeo" in err
+    code, out, err = _run(capsys, [*argv, "--overwrite", "--no-progress"])
+    assert code == 0 and written_by_asymgeo(png)
+
+
+def test_the_verdict_says_when_the_mean_term_decides():
+    from asymgeo.cli import mean_term_note
+
+    assert mean_term_note("dual", 0.94, False, "shared") == (
+        "; the dual advantage is the mean term (94% of the moment): centred, CARS picks shared "
+        "(--centred decides on the directional part)")
+    assert mean_term_note("dual", 0.94, False, "dual") == ""      # centring agrees
+    assert mean_term_note("dual", 0.40, False, "shared") == ""    # the mean term is not most of the moment
+    assert mean_term_note("dual", 0.94, True, "shared") == ""     # already centred

@@ -16,7 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_path", "atomic_write_text", "atomic_write_bytes", "replace_folder", "building_folder",
+__all__ = ["PLOT_SOFTWARE", "written_by_asymgeo", "check_plot_destination",
+           "atomic_path", "atomic_write_text", "atomic_write_bytes", "replace_folder", "building_folder",
            "folder_mode", "check_writable_parent"]
 
 
@@ -129,3 +130,58 @@ def check_writable_parent(dest: str | os.PathLike, what: str) -> None:
         raise NotADirectoryError(f"{what}: {dest}: {target} is a file, not a folder; nothing was written")
     if not os.access(target, os.W_OK | os.X_OK):
         raise PermissionError(f"{what}: {dest}: cannot write in {target} (permission denied); nothing was written")
+
+
+#: The ``Software`` text chunk asymgeo's figures carry (``savefig(metadata={"Software": ...})``): how a
+#: later ``--plot`` knows the file at its path is one asymgeo drew, and may be replaced.
+PLOT_SOFTWARE = "asymgeo (matplotlib)"
+
+
+def written_by_asymgeo(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a PNG whose ``tEXt`` chunk ``Software`` is :data:`PLOT_SOFTWARE`.
+
+    Reads the chunks before the image data only (PNG: an 8-byte signature, then
+    ``length, type, data, crc`` chunks; text chunks precede ``IDAT`` when matplotlib writes them).
+    """
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(8) != b"\x89PNG\r\n\x1a\n":
+                return False
+            for _ in range(64):
+                head = fh.read(8)
+                if len(head) < 8:
+                    return False
+                length, kind = int.from_bytes(head[:4], "big"), head[4:]
+                if kind in (b"IDAT", b"IEND") or length > 1 << 20:
+                    return False
+                data = fh.read(length)
+                fh.read(4)  # crc
+                if kind == b"tEXt" and data.partition(b"\0")[0] == b"Software":
+                    return data.partition(b"\0")[2].decode("latin-1") == PLOT_SOFTWARE
+    except OSError:
+        return False
+    return False
+
+
+def check_plot_destination(dest: str | os.PathLike | None, what: str, *, overwrite: bool = False,
+                           nothing: str = "nothing was computed") -> None:
+    """Refuse, before any work, a ``--plot`` destination that cannot take asymgeo's figure.
+
+    ``None``: no plot asked.  Refused: an empty path (an unset shell variable), a name not ending
+    in ``.png``, an existing folder, a parent that is a file or cannot be written, and an existing
+    file asymgeo did not draw (:func:`written_by_asymgeo`) unless ``overwrite``.
+    """
+    if dest is None:
+        return
+    text = os.fspath(dest)
+    if not text.strip():
+        raise ValueError(f"{what}: empty file name (an unset variable?); {nothing}")
+    path = Path(text)
+    if path.is_dir():
+        raise IsADirectoryError(f"{what}: {path} is a folder; name a .png file in it; {nothing}")
+    if not text.lower().endswith(".png"):
+        raise ValueError(f"{what}: {path}: expected a .png file name; {nothing}")
+    check_writable_parent(path, what)
+    if path.exists() and not overwrite and not written_by_asymgeo(path):
+        raise FileExistsError(f"{what}: {path} exists and was not drawn by asymgeo; pass --overwrite to replace it, "
+                              f"or name another file; {nothing}")

@@ -177,6 +177,10 @@ def _add_select(sub):
                    help="held-out folds of --validate (default 5; each must hold at least 32 queries)")
     p.add_argument("--plot", default=None, metavar="FILE",
                    help="with --validate: draw held-out L_s - L_d against n and each selector's choices (PNG)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --plot file that asymgeo did not draw (its own figures are replaced)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress of --validate (shown on stderr, also when it is not a terminal)")
     p.set_defaults(func=_run_select)
     return p
 
@@ -196,15 +200,15 @@ def _check_select_args(args) -> None:
         args.folds = 5
     if args.validate and args.folds < 2:
         raise ValueError(f"--folds: expected an integer >= 2, got {args.folds}")
-    if getattr(args, "plot", None):
+    if getattr(args, "plot", None) is not None:
         if not args.validate:
             raise ValueError("--plot: draws the held-out check; add --validate")
-        if not str(args.plot).lower().endswith(".png"):
-            raise ValueError(f"--plot: {args.plot}: expected a .png file name")
-        from ._atomic import check_writable_parent
+        from ._atomic import check_plot_destination
 
-        check_writable_parent(args.plot, "--plot")
+        check_plot_destination(args.plot, "--plot", overwrite=bool(getattr(args, "overwrite", False)))
         _check_plot_folder(args.plot, "nothing was computed")
+    elif getattr(args, "overwrite", False):
+        raise ValueError("--overwrite: only replaces an existing --plot file; add --plot FILE or drop --overwrite")
 
 
 def _selector_decision(args, tr, X, D, Xc, Dc, cars):
@@ -297,7 +301,8 @@ def _run_select(args) -> int:
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
     _plot_select_validation(args, tr, validation)
-    verdict = select_verdict(choice, validation, selector=args.selector)
+    verdict = select_verdict(choice, validation, selector=args.selector) + mean_term_note(
+        choice, float(mt.share), bool(args.centred), other.choice)
     mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
                  "centred": bool(args.centred), "other_choice": other.choice,
                  "other_score": float(other.score), "other_standard_error": float(other.standard_error)}
@@ -331,6 +336,15 @@ def _run_select(args) -> int:
     return 0
 
 
+def mean_term_note(choice: str, share: float, centred: bool, other_choice: str) -> str:
+    """The verdict's warning when the rank-1 mean term carries more than half of the raw moment and
+    the centred (directional) reading decides otherwise (issue #37); ``""`` otherwise."""
+    if centred or share <= 0.5 or other_choice == choice:
+        return ""
+    return (f"; the {choice} advantage is the mean term ({100 * share:.0f}% of the moment): centred, CARS picks "
+            f"{other_choice} (--centred decides on the directional part)")
+
+
 def _native_dict(result) -> dict:
     """A rule's native result as JSON (its ``as_dict`` or its dataclass fields)."""
     import dataclasses
@@ -351,12 +365,12 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     if selector not in validation["accuracy"]:
         return (f"{choice} ({name}); --validate scores the triple-based selectors only (this one needs the corpus: "
                 "`asymgeo reproduce selectors` validates it on the Table 1 design)")
-    acc = validation["accuracy"]
-    acc_rule = acc[selector]
-    reg = validation["regret"]
-    better = min(reg["shared"], reg["dual"])
-    red = 1.0 - reg[selector] / better if better > 0 else float("nan")
-    best_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"
+    acc, reg = validation["accuracy"], validation["regret"]
+    acc_rule, reg_rule = acc[selector], reg[selector]
+    acc_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"    # the more accurate fixed rule
+    reg_fixed = "shared" if reg["shared"] <= reg["dual"] else "dual"    # the fixed rule with the lower regret
+    better = reg[reg_fixed]
+    red = 1.0 - reg_rule / better if better > 0 else float("nan")
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
     at = f"at {last['label']} queries {choice} had the lower held-out loss in {wins} of {last['cells']} folds"
@@ -364,17 +378,22 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
         at += (f" (held-out difference beyond two bootstrap standard errors in {last['decided']} of "
                f"{last['cells']})")
     red_txt = f"{100 * red:.0f}%" if red == red else "–"
-    if red < -1e-9 or acc_rule < acc[best_fixed] - 1e-9:
-        return (f"validation does not support {choice} ({name}): always-{best_fixed} did better on held-out folds "
-                f"(accuracy {100 * acc[best_fixed]:.1f}% vs {100 * acc_rule:.1f}%, the selector's regret "
-                + (f"{100 * -red:.0f}% above" if red < 0 else f"{red_txt} below") + f" the better fixed rule's); {at}")
-    if acc_rule <= acc[best_fixed] + 1e-9 and not red > 1e-9:
-        return (f"{choice} ({name}), but the selector adds nothing here: always-{best_fixed} is as accurate "
-                f"({100 * acc[best_fixed]:.1f}%) with regret as low; {at}")
-    if red >= 0.5 and acc_rule > acc[best_fixed]:
-        return f"validation supports {choice} ({name}): regret {red_txt} below always-{best_fixed}; {at}"
-    return (f"the data cannot tell: {name} picks {choice}, regret {red_txt} below the better fixed rule, accuracy "
-            f"{100 * acc_rule:.1f}% vs always-{best_fixed} {100 * acc[best_fixed]:.1f}%; {at}")
+    regret_txt = f"regret {red_txt} below always-{reg_fixed}'s"
+    accuracy_txt = f"accuracy {100 * acc_rule:.1f}% vs always-{acc_fixed} {100 * acc[acc_fixed]:.1f}%"
+    worse = []  # each measure names the fixed rule it compares with
+    if red < -1e-9:
+        worse.append(f"always-{reg_fixed} had the lower regret ({reg[reg_fixed]:.4g} vs {reg_rule:.4g}: the "
+                     f"selector's {100 * -red:.0f}% above)")
+    if acc_rule < acc[acc_fixed] - 1e-9:
+        worse.append(f"always-{acc_fixed} was more accurate ({100 * acc[acc_fixed]:.1f}% vs {100 * acc_rule:.1f}%)")
+    if worse:
+        return f"validation does not support {choice} ({name}) on held-out folds: {' and '.join(worse)}; {at}"
+    if acc_rule <= acc[acc_fixed] + 1e-9 and not red > 1e-9:
+        return (f"{choice} ({name}), but the selector adds nothing here: always-{acc_fixed} is as accurate "
+                f"({100 * acc[acc_fixed]:.1f}%) with regret as low; {at}")
+    if red >= 0.5 and acc_rule > acc[acc_fixed]:
+        return f"validation supports {choice} ({name}): {regret_txt}, {accuracy_txt}; {at}"
+    return f"the data cannot tell: {name} picks {choice}, {regret_txt}, {accuracy_txt}; {at}"
 
 
 def _plot_select_validation(args, tr, validation: dict | None) -> None:
@@ -400,7 +419,8 @@ def _select_validation(args, tr) -> dict:
     names = [r.name for r in validation_rules()] + ([rule.name] if rule.triples_only else [])
     v = validate_selection(tr.X, tr.Y_pos, tr.Y_neg, args.rank, folds=args.folds, n_splits=args.n_splits,
                            selector_dim=args.selector_dim, seed=args.seed, query_ids=tr.query_ids,
-                           centred=bool(getattr(args, "centred", False)), progress=None, cv_folds=5, rules=names)
+                           centred=bool(getattr(args, "centred", False)),
+                           progress=not getattr(args, "no_progress", False), cv_folds=5, rules=names)
     accuracy, regret = dict(v.accuracy), dict(v.regret)  # every rule's, within folds then over folds
     if rule.name in v.accuracy:  # ranking needs a corpus: validated by `asymgeo reproduce selectors`, not here
         accuracy["selector"], regret["selector"] = v.accuracy[rule.name], v.regret[rule.name]
@@ -632,6 +652,8 @@ def _add_fit(sub):
     p.add_argument("--out", required=True, help="adapter folder to write (replaced only when the new one is complete)")
     p.add_argument("--plot", default=None, metavar="FILE",
                    help="also draw validation NDCG@10 per epoch and the seen / unseen bars against frozen (PNG)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --plot file that asymgeo did not draw (its own figures are replaced)")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_run_fit)
@@ -644,13 +666,13 @@ def _run_fit(args) -> int:
     from .adapters.workflow import fit_adapter
 
     check_output_folder(args.out)  # before training, not after
-    if args.plot:
-        from ._atomic import check_writable_parent
+    if args.plot is not None:
+        from ._atomic import check_plot_destination
 
-        if not str(args.plot).lower().endswith(".png"):
-            raise ValueError(f"--plot: {args.plot}: expected a .png file name")
-        check_writable_parent(args.plot, "--plot")
+        check_plot_destination(args.plot, "--plot", overwrite=args.overwrite, nothing="nothing was trained")
         _check_plot_folder(args.plot)
+    elif args.overwrite:
+        raise ValueError("--overwrite: only replaces an existing --plot file; add --plot FILE or drop --overwrite")
     from .selectors.registry import get_rule
 
     args.selector = get_rule(args.selector, argument="--selector").name

@@ -23,7 +23,7 @@ def plot_fit(report: Any, path: str | os.PathLike) -> Path:
     """
     import numpy as np
 
-    from .._atomic import atomic_path
+    from .._atomic import PLOT_SOFTWARE, atomic_path
 
     plt = _pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -66,6 +66,6 @@ def plot_fit(report: Any, path: str | os.PathLike) -> Path:
     fig.tight_layout()
     dest = Path(path)
     with atomic_path(dest, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PLOT_SOFTWARE})
     plt.close(fig)
     return dest

@@ -64,7 +64,7 @@ def plot_validation(cells: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     Bottom: for each registered selector in the cells (CARS, SURE, anisotropic SURE, ...), the fraction of
     folds choosing dual at each ``n``, beside the fraction in which dual was the held-out winner.
     """
-    from .._atomic import atomic_path
+    from .._atomic import PLOT_SOFTWARE, atomic_path
 
     if not cells:
         raise ValueError("cells: no validation cells to plot")
@@ -94,6 +94,6 @@ def plot_validation(cells: Sequence[Mapping[str, Any]], path: str | os.PathLike,
     fig.tight_layout()
     dest = Path(path)
     with atomic_path(dest, suffix=".png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=110, format="png", metadata={"Software": PLOT_SOFTWARE})
     plt.close(fig)
     return dest

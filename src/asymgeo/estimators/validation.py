@@ -574,8 +574,8 @@ def validate_selection(
     sure : also evaluate the SURE rule.
     n_jobs : threads over the (fold, size) cells (None: every usable core when p >= 256,
         else 1); every cell runs with single-threaded BLAS, so the result does not depend on it.
-    progress : a tqdm bar over the (fold, size) cells (done / total, elapsed); ``None``: only
-        on a terminal.
+    progress : a tqdm bar over the (fold, size) cells (done / total, elapsed, time left); ``None``:
+        only on a terminal.  When stderr is not a terminal the bar writes at most every 5 s.
     cv_folds : when >= 2, also validate the cross-validated operator-risk selector with that
         many inner folds (regret ``"cv"``, cell keys ``cv_choice``).
     bootstrap : resamples of each held-out fold for the standard error of its ``L_s - L_d``
@@ -631,10 +631,14 @@ def validate_selection(
         tasks += _fold_tasks(Xf, Df, order, test, fs, [rank], fold=f, n_splits=n_splits, seed=seed,
                              projection=projection, rules=chosen, reduce=True, cv_folds=cv_folds,
                              bootstrap=bootstrap)
+    import sys
+
     from tqdm.auto import tqdm
 
+    # on a terminal the bar redraws in place; piped (a log, CI) it writes a line at most every 5 s
+    piped = not getattr(sys.stderr, "isatty", lambda: False)()
     bar = tqdm(total=len(tasks), desc=f"validate rank {rank}", unit="cell", disable=False if progress else
-               (None if progress is None else True), leave=False)
+               (None if progress is None else True), leave=False, mininterval=5.0 if piped else 0.1)
     cells = _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p), on_done=lambda _k: bar.update(1))
     bar.close()
     s = summarise_cells(cells)
