@@ -107,3 +107,49 @@ def test_local_gaussian_point():
     np.testing.assert_allclose(S, S.T)
     S2, U2 = local_gaussian_point(7, 2, seed=0, eigenvalues=np.array([5.0, 4.0]))
     np.testing.assert_allclose(S2 @ U2, U2 * [5.0, 4.0], atol=1e-12)
+
+
+def test_the_paper_model_is_unchanged_draw_for_draw_by_the_variants_code():
+    """The harder variants (issue #37) are off by default: the paper's triples are the draws of a
+    plain two-view sampler written here (z, then noise, in this order)."""
+    m = two_view_model(p=10, latent_rank=3, noise_sd=0.5, angle=0.7, seed=4)
+    tr = m.sample_triples(7, 11)
+    rng = np.random.default_rng(11)
+    z = rng.standard_normal((7, 3))
+    X = z @ m.C_q.T + 0.5 * rng.standard_normal((7, 10))
+    Yp = z @ m.C_d.T + 0.5 * rng.standard_normal((7, 10))
+    Yn = rng.standard_normal((7, 3)) @ m.C_d.T + 0.5 * rng.standard_normal((7, 10))
+    np.testing.assert_array_equal(tr.X, X)
+    np.testing.assert_array_equal(tr.Y_pos, Yp)
+    np.testing.assert_array_equal(tr.Y_neg, Yn)
+    assert m.query_noise is None and m.x_mean is None and m.pos_offset is None
+
+
+def test_anisotropic_query_noise_keeps_the_moment_and_its_total():
+    base = two_view_model(p=12, latent_rank=3, noise_sd=0.6, angle=0.5, seed=2)
+    m = two_view_model(p=12, latent_rank=3, noise_sd=0.6, angle=0.5, seed=2, query_noise_decay=3.0)
+    np.testing.assert_array_equal(m.C_q, base.C_q)                    # the same loadings
+    np.testing.assert_allclose(m.population_moment(), base.population_moment())
+    L = m.query_noise
+    lam = np.sort(np.linalg.eigvalsh(L @ L.T))[::-1]
+    want = np.exp(-3.0 * np.arange(12) / 11)
+    np.testing.assert_allclose(lam, want / want.mean(), rtol=1e-10)   # decaying spectrum, mean 1
+    tr = m.sample_triples(200_000, 5)          # Sigma_x = C_q C_q^T + s^2 L L^T, by sampling
+    np.testing.assert_allclose(np.cov(tr.X.T), m.C_q @ m.C_q.T + 0.36 * L @ L.T, atol=0.03)
+    np.testing.assert_allclose(m.covariances()[0], m.C_q @ m.C_q.T + 0.36 * L @ L.T)
+    C_hat = relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
+    np.testing.assert_allclose(C_hat, m.population_moment(), atol=0.03)
+
+
+def test_a_mean_offset_carries_its_share_of_the_population_moment():
+    m = two_view_model(p=16, latent_rank=4, noise_sd=0.6, angle=0.6, seed=3, mean_share=0.46)
+    C0 = m.C_q @ m.C_d.T
+    mean_part = np.outer(m.x_mean, m.pos_offset)
+    np.testing.assert_allclose(m.population_moment(), C0 + mean_part)
+    assert np.sum(mean_part ** 2) / (np.sum(mean_part ** 2) + np.sum(C0 ** 2)) == pytest.approx(0.46)
+    assert np.linalg.norm(m.x_mean) == pytest.approx(np.linalg.norm(m.pos_offset))
+    tr = m.sample_triples(200_000, 8)
+    np.testing.assert_allclose(relevance_moment(tr.X, tr.Y_pos, tr.Y_neg), m.population_moment(), atol=0.03)
+    np.testing.assert_allclose(tr.X.mean(axis=0), m.x_mean, atol=0.01)
+    with pytest.raises(ValueError, match=r"mean_share: expected a share in \[0, 1\)"):
+        two_view_model(p=16, latent_rank=4, mean_share=1.0)

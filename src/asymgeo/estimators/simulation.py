@@ -20,6 +20,18 @@ plane, eigenvalues ``(cos(angle) + 1)/2 > 0`` and ``(cos(angle) - 1)/2 <= 0``: a
 ``angle = 0`` the target is PSD (shared suffices); as the angle grows, directional
 signal moves into skew and negative directions that only dual can represent
 (Theorem 1; Appendix D's planar-rotation example embedded k times).
+
+Two harder variants (issue #37; both off by default, the paper's model unchanged draw for draw):
+
+* ``query_noise_decay = d > 0``: the query noise is anisotropic,
+  ``eps_q = s L g`` with ``g ~ N(0, I_p)`` and ``L = B diag(sqrt(lam))``, ``lam_j`` proportional to
+  ``exp(-d j / (p - 1))`` scaled to mean 1 (the same total noise), ``B`` a seeded orthogonal basis.
+  The population moment is unchanged (the noise is independent of the documents).
+* ``mean_share = m in (0, 1)``: queries carry a common mean ``mu_x`` and positives differ from
+  negatives by a common offset ``delta = mu_+ - mu_-`` (``mu_- = 0``), random directions with
+  ``||mu_x|| = ||delta||`` and ``||mu_x delta^T||_F^2 = m / (1 - m) ||C_q C_d^T||_F^2``: the
+  rank-1 mean term then carries about the share ``m`` of the moment's energy, as the real
+  encoders' moments do (``docs/selectors.md``), and ``C = C_q C_d^T + mu_x delta^T``.
 """
 
 from __future__ import annotations
@@ -104,21 +116,34 @@ class TwoViewModel:
     angle: float
     C_q: np.ndarray  # (p, k)
     C_d: np.ndarray  # (p, k)
+    query_noise: np.ndarray | None = None  # (p, p) L: eps_q = s L g; None: isotropic
+    x_mean: np.ndarray | None = None  # (p,) common query mean
+    pos_offset: np.ndarray | None = None  # (p,) mean of positives minus mean of negatives
 
     def population_moment(self) -> np.ndarray:
-        """``C = E[x (y+ - y-)^T] = C_q C_d^T`` (p, p)."""
-        return self.C_q @ self.C_d.T
+        """``C = E[x (y+ - y-)^T] = C_q C_d^T`` (p, p), plus ``mu_x delta^T`` with a mean offset."""
+        C = self.C_q @ self.C_d.T
+        if self.x_mean is not None and self.pos_offset is not None:
+            C = C + np.outer(self.x_mean, self.pos_offset)
+        return C
 
     def covariances(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(Sigma_x, Sigma_y) = (C_q C_q^T + s^2 I, C_d C_d^T + s^2 I)``."""
+        """``(Sigma_x, Sigma_y) = (C_q C_q^T + s^2 L L^T, C_d C_d^T + s^2 I)`` (``L = I`` when isotropic)."""
         s2 = self.noise_sd ** 2
         eye = np.eye(self.p)
-        return self.C_q @ self.C_q.T + s2 * eye, self.C_d @ self.C_d.T + s2 * eye
+        noise_x = eye if self.query_noise is None else self.query_noise @ self.query_noise.T
+        return self.C_q @ self.C_q.T + s2 * noise_x, self.C_d @ self.C_d.T + s2 * eye
 
-    def _draw(self, rng: np.random.Generator, n: int, loading: np.ndarray, z: np.ndarray | None = None):
+    def _draw(self, rng: np.random.Generator, n: int, loading: np.ndarray, z: np.ndarray | None = None,
+              noise: np.ndarray | None = None, mean: np.ndarray | None = None):
         if z is None:
             z = rng.standard_normal((n, self.latent_rank))
-        return z @ loading.T + self.noise_sd * rng.standard_normal((n, self.p)), z
+        g = rng.standard_normal((n, self.p))
+        out = z @ loading.T + self.noise_sd * (g if noise is None else g @ noise.T)
+        return (out if mean is None else out + mean), z
+
+    def _draw_queries(self, rng: np.random.Generator, n: int):
+        return self._draw(rng, n, self.C_q, noise=self.query_noise, mean=self.x_mean)
 
     def sample_triples(self, n: int, seed: int | np.random.Generator) -> TwoViewTriples:
         """``n`` training triples (query, relevant document, independent negative)."""
@@ -127,8 +152,8 @@ class TwoViewModel:
         # X, Y_pos, Y_neg kept, plus one (n, p) noise draw and z while drawing (float64)
         check_memory(8 * (4 * n * self.p + 2 * n * self.latent_rank), f"n: {n:,} training triples (p = {self.p})")
         rng = check_seed(seed)
-        X, z = self._draw(rng, n, self.C_q)
-        Y_pos, _ = self._draw(rng, n, self.C_d, z)
+        X, z = self._draw_queries(rng, n)
+        Y_pos, _ = self._draw(rng, n, self.C_d, z, mean=self.pos_offset)
         Y_neg, _ = self._draw(rng, n, self.C_d)
         return TwoViewTriples(X, Y_pos, Y_neg)
 
@@ -142,8 +167,8 @@ class TwoViewModel:
         check_memory(8 * (3 * n_queries * self.p + 2 * n_neg * self.p + n_neg * self.latent_rank),
                      f"n_queries: {n_queries:,} test queries x {n_negatives} negatives (p = {self.p})")
         rng = check_seed(seed)
-        X, z = self._draw(rng, n_queries, self.C_q)
-        Y_pos, _ = self._draw(rng, n_queries, self.C_d, z)
+        X, z = self._draw_queries(rng, n_queries)
+        Y_pos, _ = self._draw(rng, n_queries, self.C_d, z, mean=self.pos_offset)
         Y_neg, _ = self._draw(rng, n_neg, self.C_d)
         return CandidateTest(X, Y_pos, Y_neg.reshape(n_queries, n_negatives, self.p))
 
@@ -154,6 +179,9 @@ def two_view_model(
     noise_sd: float = 0.6,
     angle: float = 0.0,
     seed: int | np.random.Generator = 20260809,
+    *,
+    query_noise_decay: float = 0.0,
+    mean_share: float = 0.0,
 ) -> TwoViewModel:
     """Build the two-view model of Appendix F (defaults: the paper's RQ1 setting).
 
@@ -165,6 +193,8 @@ def two_view_model(
     angle : rotation of the document loading in radians (paper: 0 to 1.2).
     seed : seed for the query loading (the same seed gives the same loading at every
         angle, so angles are paired).
+    query_noise_decay : d >= 0, the anisotropic query noise of the module docstring (0: the paper's).
+    mean_share : m in [0, 1), the mean term's share of the moment (0: the paper's, no mean offset).
     """
     p = check_int(p, "p", min_value=2)
     latent_rank = check_int(latent_rank, "latent_rank", max_value=p, max_label=f"p={p}")
@@ -181,7 +211,22 @@ def two_view_model(
     Q1, Q2 = Q[:, :latent_rank], Q[:, latent_rank:]
     C_q = Q1
     C_d = np.cos(angle) * Q1 + np.sin(angle) * Q2
-    return TwoViewModel(p=int(p), latent_rank=int(latent_rank), noise_sd=noise_sd, angle=angle, C_q=C_q, C_d=C_d)
+    decay = check_positive(query_noise_decay, "query_noise_decay", allow_zero=True)
+    share = float(mean_share)
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"mean_share: expected a share in [0, 1), got {mean_share!r}")
+    noise = x_mean = offset = None
+    if decay > 0:  # drawn after the loadings: the paper's loadings are the same with or without it
+        B, Rb = np.linalg.qr(rng.standard_normal((p, p)))
+        B = B * np.sign(np.diag(Rb))
+        lam = np.exp(-decay * np.arange(p) / max(p - 1, 1))
+        noise = B * np.sqrt(lam / lam.mean())
+    if share > 0:
+        u, v = rng.standard_normal(p), rng.standard_normal(p)
+        scale = (share / (1.0 - share) * float(np.sum((C_q @ C_d.T) ** 2))) ** 0.25
+        x_mean, offset = scale * u / np.linalg.norm(u), scale * v / np.linalg.norm(v)
+    return TwoViewModel(p=int(p), latent_rank=int(latent_rank), noise_sd=noise_sd, angle=angle, C_q=C_q, C_d=C_d,
+                        query_noise=noise, x_mean=x_mean, pos_offset=offset)
 
 
 def candidate_ndcg(M: np.ndarray, test: CandidateTest, k: int = 10) -> np.ndarray:
