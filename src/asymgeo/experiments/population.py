@@ -43,7 +43,7 @@ __all__ = ["VARIANTS", "cell", "population_risks", "summarise", "format_summary"
 
 #: variant -> (query_noise_decay, mean_share) of :func:`~asymgeo.estimators.simulation.two_view_model`;
 #: the share is the config's ``mean_share`` for ``mean_offset``.
-VARIANTS: dict[str, tuple[float, float | None]] = {"paper": (0.0, 0.0), "anisotropic_noise": (None, 0.0),
+VARIANTS: dict[str, tuple[float | None, float | None]] = {"paper": (0.0, 0.0), "anisotropic_noise": (None, 0.0),
                                                    "mean_offset": (0.0, None)}
 _FIXED = ("shared", "dual")
 
