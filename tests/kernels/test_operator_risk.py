@@ -301,3 +301,33 @@ def test_resampled_losses_refuse_bad_weights_and_ranks():
         resampled_losses(sp, X, D, [1], ok, gram=G[:4, :4])
     given = resampled_losses(sp, X, D, [1, 2], ok, gram=G)       # a formed gram: the same answer
     assert np.allclose(given, resampled_losses(sp, X, D, [1, 2], ok), rtol=1e-13, atol=0)
+
+
+def test_extrapolated_cross_validated_risk_by_hand():
+    """Issue #37: each fold's difference at the folds' size equals cross_validated_risk's (same
+    permutation), the smaller size drops the next fold, and the line in 1/m is read at n."""
+    from asymgeo.kernels.operator_risk import cross_validated_risk, extrapolated_cross_validated_risk
+    from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((47, 6))
+    D = X @ rng.standard_normal((6, 6)) * 0.3 + rng.standard_normal((47, 6))
+    res = extrapolated_cross_validated_risk(X, D, 2, folds=4, seed=9)
+    cv = cross_validated_risk(X, D, np.zeros_like(D), 2, folds=4, seed=9)
+    np.testing.assert_allclose(res.at_train, cv.differences, rtol=1e-10, atol=1e-14)
+    parts = np.array_split(np.random.default_rng(np.random.SeedSequence(9)).permutation(47), 4)
+    for k, part in enumerate(parts):
+        nxt = parts[(k + 1) % 4]
+        rest = np.setdiff1d(np.arange(47), np.concatenate([part, nxt]))
+        T = X[part].T @ D[part] / part.size
+        C2 = X[rest].T @ D[rest] / rest.size
+        def loss(M):
+            return np.sum((M - T) ** 2) / np.sum(T ** 2)
+        d2 = loss(shared_truncate(C2, 2, solver="dense")) - loss(dual_truncate(C2, 2, solver="dense"))
+        assert res.at_smaller[k] == pytest.approx(d2, rel=1e-9, abs=1e-12)
+        m1, m2 = 47 - part.size, rest.size
+        want = res.at_train[k] + (res.at_train[k] - d2) * (1 / m1 - 1 / 47) / (1 / m2 - 1 / m1)
+        assert res.extrapolated[k] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert res.score == pytest.approx(res.extrapolated.mean()) and res.choice == ("dual" if res.score > 0 else "shared")
+    with pytest.raises(ValueError, match=r"folds: expected an integer in \[3, n = 47\]"):
+        extrapolated_cross_validated_risk(X, D, 2, folds=2)

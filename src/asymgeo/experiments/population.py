@@ -104,7 +104,10 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rules_in(table: Any) -> list[str]:
-    named = [c[: -len("_choice")] for c in table.columns if c.endswith("_choice")]
+    """Rules whose choice every cell carries (a rule registered after some cells ran is left out:
+    cells resume by config, so rerun into a fresh results folder to add it), CARS first."""
+    named = [c[: -len("_choice")] for c in table.columns
+             if c.endswith("_choice") and table[c].notna().all()]
     return sorted(named, key=lambda g: g != REFERENCE_RULE)
 
 

@@ -12,6 +12,7 @@ BUILTIN_RULES: dict[str, str] = {
     "anisotropic": "asymgeo.selectors.anisotropic",
     "cv": "asymgeo.selectors.cross_validation",
     "cv0": "asymgeo.selectors.cross_validation_sign",
+    "cvx": "asymgeo.selectors.extrapolated_cv",
     "pairwise": "asymgeo.selectors.pairwise",
     "ranking": "asymgeo.selectors.ranking",
     "validation": "asymgeo.selectors.validation",
