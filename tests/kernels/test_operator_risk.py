@@ -306,8 +306,8 @@ def test_resampled_losses_refuse_bad_weights_and_ranks():
 def test_extrapolated_cross_validated_risk_by_hand():
     """Issue #37: each fold's difference at the folds' size equals cross_validated_risk's (same
     permutation), the smaller size drops the next fold, and the line in 1/m is read at n."""
-    from asymgeo.kernels.operator_risk import cross_validated_risk, extrapolated_cross_validated_risk
     from asymgeo.kernels.geometry import dual_truncate, shared_truncate
+    from asymgeo.kernels.operator_risk import cross_validated_risk, extrapolated_cross_validated_risk
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((47, 6))
@@ -321,9 +321,8 @@ def test_extrapolated_cross_validated_risk_by_hand():
         rest = np.setdiff1d(np.arange(47), np.concatenate([part, nxt]))
         T = X[part].T @ D[part] / part.size
         C2 = X[rest].T @ D[rest] / rest.size
-        def loss(M):
-            return np.sum((M - T) ** 2) / np.sum(T ** 2)
-        d2 = loss(shared_truncate(C2, 2, solver="dense")) - loss(dual_truncate(C2, 2, solver="dense"))
+        Ms, Md = shared_truncate(C2, 2, solver="dense"), dual_truncate(C2, 2, solver="dense")
+        d2 = (np.sum((Ms - T) ** 2) - np.sum((Md - T) ** 2)) / np.sum(T ** 2)
         assert res.at_smaller[k] == pytest.approx(d2, rel=1e-9, abs=1e-12)
         m1, m2 = 47 - part.size, rest.size
         want = res.at_train[k] + (res.at_train[k] - d2) * (1 / m1 - 1 / 47) / (1 / m2 - 1 / m1)
