@@ -6,7 +6,8 @@ library functions.  Errors the library raises (``ValueError``, ``TypeError``, ``
 such as ``FileNotFoundError``, ``ImportError`` for a missing extra, ``MemoryError``) become
 one line on stderr and exit code 2; any other exception too (its type named; set
 ``ASYMGEO_DEBUG=1`` for the traceback).  Library warnings (``logging``, e.g. dataset
-faults) are shown as one ``asymgeo CMD: warning: ...`` line each.
+faults) are shown as one ``asymgeo CMD: warning: ...`` line each, and notices (where a new file
+such as a triple cache was written) as one ``asymgeo CMD: note: ...`` line.
 """
 
 from __future__ import annotations
@@ -102,6 +103,33 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", default=None, help="embedding caches (default $ASYMGEO_CACHE_DIR, ~/.cache/asymgeo/embeddings)")
 
 
+def _add_triples_dir(p: argparse.ArgumentParser) -> None:
+    """``--triples-dir DIR`` on a command that mines hard negatives (call after ``set_defaults(func=...)``):
+    the folder wins over ``$ASYMGEO_TRIPLES_DIR`` and the cache folder; the variable is set to it for
+    the command's duration (worker processes inherit it) and restored afterwards."""
+    p.add_argument("--triples-dir", default=None, metavar="DIR",
+                   help="where mined hard negatives are cached (default $ASYMGEO_TRIPLES_DIR, else beside the "
+                        "embedding cache when writable, else ~/.cache/asymgeo/triples)")
+    run = p.get_default("func")
+
+    def run_with_triples_dir(args) -> int:
+        if args.triples_dir is None:
+            return run(args)
+        if not str(args.triples_dir).strip():
+            raise ValueError("--triples-dir: empty path (an unset shell variable?); name a folder")
+        old = os.environ.get("ASYMGEO_TRIPLES_DIR")
+        os.environ["ASYMGEO_TRIPLES_DIR"] = os.path.abspath(os.path.expanduser(args.triples_dir))
+        try:
+            return run(args)
+        finally:
+            if old is None:
+                os.environ.pop("ASYMGEO_TRIPLES_DIR", None)
+            else:
+                os.environ["ASYMGEO_TRIPLES_DIR"] = old
+
+    p.set_defaults(func=run_with_triples_dir)
+
+
 @_command("embed")
 def _add_embed(sub):
     p = _subparser(
@@ -182,6 +210,7 @@ def _add_select(sub):
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress of --validate (shown on stderr, also when it is not a terminal)")
     p.set_defaults(func=_run_select)
+    _add_triples_dir(p)
     return p
 
 
@@ -508,6 +537,7 @@ def _add_reproduce(sub):
     p.add_argument("--docs-dir", default="docs", help="where report writes reproduction.md and figures/ (default docs/)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_run_reproduce)
+    _add_triples_dir(p)
     return p
 
 
@@ -646,8 +676,11 @@ def _add_fit(sub):
                         "document_disjoint (none of their relevant documents is a training positive; default "
                         f"{_FIT_DEFAULTS['selection']}, see docs/generalisation.md)")
     p.add_argument("--anchor", type=float, default=_FIT_DEFAULTS["anchor"],
-                   help=f"pull toward the closed-form start (L2-SP weight; default {_FIT_DEFAULTS['anchor']:g}; "
-                        "0 = the paper's protocol)")
+                   help=f"pull toward the closed-form start (L2-SP weight in [0, 1e6]; default "
+                        f"{_FIT_DEFAULTS['anchor']:g}; 0 = the paper's protocol)")
+    p.add_argument("--allow-test-overlap", action="store_true",
+                   help="train even when training and validation / test queries overlap (same id, or the same "
+                        "text beyond 5%%); refused by default; the scores are then marked as not held out")
     p.add_argument("--device", default=None, help="torch device (default cuda when available, else cpu)")
     p.add_argument("--out", required=True, help="adapter folder to write (replaced only when the new one is complete)")
     p.add_argument("--plot", default=None, metavar="FILE",
@@ -657,6 +690,7 @@ def _add_fit(sub):
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_run_fit)
+    _add_triples_dir(p)
     return p
 
 
@@ -685,8 +719,9 @@ def _run_fit(args) -> int:
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
-                      anchor=args.anchor, selector=args.selector, data_dir=args.data_dir,
-                      cache_dir=args.cache_dir, device=args.device, progress=not args.no_progress)
+                      anchor=args.anchor, selector=args.selector, allow_test_overlap=args.allow_test_overlap,
+                      data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
+                      progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
                        extra={"arguments": {k: v for k, v in vars(args).items() if k != "func"},
                               "versions": rep.versions, "split": rep.split})
@@ -721,6 +756,8 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if gen and gen.get("headline"):
         print(gen["headline"])
     print(f"split: {rep.split.get('description', 'adaptation split')}")
+    if (m.get("split_overlap") or {}).get("allowed"):
+        print("warning: NOT HELD OUT: " + "; ".join(m["split_overlap"]["messages"]) + " (--allow-test-overlap)")
     if rep.split.get("kind") == "carved_from_test":
         print(f"note: `asymgeo evaluate {rep.dataset} --adapter {out}` scores only the held-out part of "
               "qrels/test.tsv")
@@ -813,18 +850,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _WarningHandler(logging.Handler):
-    """Library warnings as one ``asymgeo CMD: warning: ...`` line each on the current stderr."""
+    """Library warnings as one ``asymgeo CMD: warning: ...`` line each on the current stderr, and
+    notices (INFO records with ``extra={"notice": True}``, e.g. where a file was written) as one
+    ``asymgeo CMD: note: ...`` line each once the command has succeeded (:meth:`print_notes`: an
+    error stays the one line on stderr); other INFO records are not shown."""
 
     def __init__(self, command: str):
-        super().__init__(level=logging.WARNING)
+        super().__init__(level=logging.INFO)
         self.command = command
+        self.notes: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        notice = record.levelno < logging.WARNING
+        if notice and not getattr(record, "notice", False):
+            return
         try:
             msg = record.getMessage().strip().splitlines()
         except Exception:  # noqa: BLE001 - a broken log call must not end the command
             msg = [str(record.msg)]
+        if notice:
+            self.notes.append(f"asymgeo {self.command}: note: {msg[0] if msg else ''}")
+            return
         print(f"asymgeo {self.command}: warning: {msg[0] if msg else ''}", file=sys.stderr)
+
+    def print_notes(self) -> None:
+        for line in self.notes:
+            print(line, file=sys.stderr)
+        self.notes.clear()
 
 
 def _error_line(exc: BaseException) -> str:
@@ -840,6 +892,28 @@ def _error_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in ``exc``'s ``__cause__`` / ``__context__`` chain: Ctrl-C
+    during an import (torch, sentence-transformers) can surface wrapped, e.g. as ``RuntimeError:
+    Error calling __set_name__ ...`` whose cause is the interrupt."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+    return False
+
+
+def _interrupted(command: str) -> int:
+    print(f"asymgeo {command}: interrupted", file=sys.stderr)
+    return 130
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -850,19 +924,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     lib_logger = logging.getLogger("asymgeo")
     lib_logger.addHandler(handler)
     old_level = lib_logger.level
-    if old_level == logging.NOTSET or old_level > logging.WARNING:
-        lib_logger.setLevel(logging.WARNING)
+    if old_level == logging.NOTSET or old_level > logging.INFO:  # INFO: the handler shows notices only
+        lib_logger.setLevel(logging.INFO)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        handler.print_notes()
+        return code
     except KeyboardInterrupt:
-        print(f"asymgeo {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(args.command)
     except (ValueError, TypeError, KeyError, OSError, EOFError, ImportError, MemoryError) as exc:
+        if _caused_by_interrupt(exc):  # Ctrl-C inside an import, wrapped
+            return _interrupted(args.command)
         # bad input: a dataset, cache, argument or missing extra (OSError covers
         # FileNotFoundError, NotADirectoryError, PermissionError, disk full)
         print(f"asymgeo {args.command}: error: {_error_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - never a traceback; name the type so a bug can be reported
+        if _caused_by_interrupt(exc):  # Ctrl-C inside an import, e.g. RuntimeError from __set_name__
+            return _interrupted(args.command)
         if os.environ.get("ASYMGEO_DEBUG"):
             raise
         print(f"asymgeo {args.command}: error: {type(exc).__name__}: {_error_line(exc)} "

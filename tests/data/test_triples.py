@@ -30,7 +30,11 @@ def test_mine_hard_negatives_errors():
 
 
 @pytest.fixture
-def hand(tmp_path):
+def hand(tmp_path, monkeypatch):
+    # nothing names a triples folder (the suite's ASYMGEO_TRIPLES_DIR would win): mined negatives go
+    # beside this writable cache, and ~/.cache is a temporary folder
+    monkeypatch.delenv("ASYMGEO_TRIPLES_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     ids = ["d0", "d1", "d2", "d3", "d4", "d5", "q0"]
     C = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [0.6, 0.8, 0], [0, 0.6, 0.8], [0.8, 0, 0.6], [2, 0, 0]])
     Q = np.array([[1, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]])

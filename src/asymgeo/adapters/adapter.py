@@ -21,13 +21,35 @@ import numpy as np
 from .._validation import as_float_matrix, check_positive, check_rank
 from ..estimators.projections import NotFittedError, _Params
 
-__all__ = ["Adapter", "GEOMETRIES", "FORMS", "INITS"]
+__all__ = ["Adapter", "GEOMETRIES", "FORMS", "INITS", "MAX_ANCHOR", "check_anchor"]
 
 logger = logging.getLogger(__name__)
 
 GEOMETRIES = ("shared", "dual", "auto")
 FORMS = ("augmented", "projection")
 INITS = ("closed_form", "random")
+
+#: Largest ``anchor``.  The pull weighs a *relative* squared distance, ``||W - W_0||^2 / ||W_0||^2``,
+#: against a contrastive loss of a few nats: at 1e6 moving a map by 0.1% of its norm already costs
+#: 1 nat, so any larger weight only pins the adapter at its start (the closed-form baseline) while
+#: the loss becomes the penalty alone (each AdamW step of about the learning rate then looks like a
+#: divergence).  The generalisation study's strong anchors are 1 and 10.
+MAX_ANCHOR = 1e6
+
+
+def check_anchor(value: Any, name: str = "anchor") -> float:
+    """``value`` as a float in ``[0, MAX_ANCHOR]``, or a one-line ``ValueError`` naming ``name``."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name}: expected a number, got {value!r}") from exc
+    if not (np.isfinite(v) and 0.0 <= v <= MAX_ANCHOR):
+        raise ValueError(f"{name}: expected a finite number in [0, {MAX_ANCHOR:g}], got {value!r} (the pull toward "
+                         f"the start is relative: at {MAX_ANCHOR:g} moving a map by 0.1% of its norm costs 1 nat, so "
+                         "a larger weight only pins the adapter at its start; 1 or 10 is already a strong pull)")
+    return v
 
 
 def operator_from_maps(query_map: np.ndarray, doc_map: np.ndarray, form: str) -> np.ndarray:
@@ -79,7 +101,8 @@ class Adapter(_Params):
         Weight ``lambda`` of a pull toward the starting maps (L2-SP, Li et al. 2018): the loss
         adds ``lambda * sum_W ||W - W_0||_F^2 / ||W_0||_F^2`` over the maps, so training moves
         only as far from the closed-form start (or the random one) as the contrastive loss
-        pays for.  0 (default) is the paper's protocol.
+        pays for.  0 (default) is the paper's protocol; at most :data:`MAX_ANCHOR` (1e6: beyond
+        it the adapter is pinned at its start and the loss is the penalty alone).
     seed : int
         Seeds the epoch permutations (identical for both families: paired seeds), the
         random initialisation and CARS.
@@ -176,7 +199,7 @@ class Adapter(_Params):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
         check_positive(self.temperature, "temperature")
         check_positive(self.weight_decay, "weight_decay", allow_zero=True)
-        check_positive(self.anchor, "anchor", allow_zero=True)
+        check_anchor(self.anchor)
         check_positive(self.grad_clip, "grad_clip")
         es = self.early_stopping
         if es is not None and (isinstance(es, bool) or not isinstance(es, (int, np.integer)) or es < 1):
@@ -252,6 +275,12 @@ class Adapter(_Params):
         self.generalisation_ = None
         self.device_ = resolve_device(self.device)  # the device the maps were trained on
         self.n_features_in_ = data.p
+        if result.all_diverged and result.anchor_dominated:
+            raise ValueError(
+                "anchor: training diverged for every learning rate (" + "; ".join(result.stopped)
+                + f"); the anchor ({float(self.anchor):g}) may be the cause: its pull toward the start makes up most "
+                "of the diverging loss; lower the anchor (1 or 10 is a strong pull) or the learning rates"
+            )
         if result.all_diverged:
             raise ValueError(
                 "learning_rates: training diverged for every learning rate ("

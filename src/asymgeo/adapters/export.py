@@ -188,8 +188,11 @@ def export_sentence_transformers(
     from ..data.encoders import get_encoder
 
     adapter._check_fitted()
-    SentenceTransformer, Dense, Router = _import_st()
     spec = get_encoder(base)
+    if spec.dimension is not None and spec.dimension != adapter.n_features_in_:  # known without the weights
+        raise ValueError(f"base: {spec.name} embeds in {spec.dimension} dimensions, but the adapter has dimension "
+                         f"{adapter.n_features_in_} (trained on another encoder's cache? pass --base that encoder)")
+    SentenceTransformer, Dense, Router = _import_st()
     try:
         model = SentenceTransformer(spec.model_path(), device=device)
     except (OSError, ValueError, RuntimeError) as exc:  # the hub's connection error, an absent folder

@@ -433,6 +433,8 @@ class TrainResult:
     init_scale: float | None
     stopped: list[str] = field(default_factory=list)
     all_diverged: bool = False
+    #: some learning rate diverged with the anchor term (``Adapter(anchor=...)``) most of its loss
+    anchor_dominated: bool = False
 
 
 @contextlib.contextmanager
@@ -544,6 +546,7 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
         best: tuple[float, float | None, int, np.ndarray, np.ndarray] | None = None  # (score, lr, epoch, A, B)
         stopped: list[str] = []
         final_losses: list[tuple[float, float, int, np.ndarray, np.ndarray]] = []
+        anchor_dominated = False
         bar = tqdm(total=len(lrs) * int(adapter.epochs), desc=f"train {geometry}", unit="epoch",
                    disable=not adapter.progress, leave=False)
         try:
@@ -583,15 +586,22 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                             H = H.masked_fill(hard_mask[idx], -math.inf)
                             logits = torch.cat([logits, H], dim=1)
                         loss = torch.nn.functional.cross_entropy(logits / tau, torch.arange(b, device=device))
+                        penalty = None
                         if anchor > 0:  # L2-SP: a pull toward the starting maps, scale-free per map
-                            loss = loss + anchor * sum(((w - w0) ** 2).sum() / nrm
-                                                       for w, w0, nrm in zip(params, starts, start_norms))
+                            penalty = anchor * sum(((w - w0) ** 2).sum() / nrm
+                                                   for w, w0, nrm in zip(params, starts, start_norms))
+                            loss = loss + penalty
                         value = float(loss.detach())
                         if first_loss is None:
                             first_loss = max(value, 1e-6)
                         if not math.isfinite(value) or value > EXPLODE_FACTOR * first_loss:
                             diverged = True
-                            stopped.append(f"lr={lr:g}: loss {value:.4g} at epoch {epoch}")
+                            msg = f"lr={lr:g}: loss {value:.4g} at epoch {epoch}"
+                            if penalty is not None:
+                                pen = float(penalty.detach())
+                                msg += f", anchor term {pen:.4g}"
+                                anchor_dominated = anchor_dominated or not pen < 0.5 * value
+                            stopped.append(msg)
                             logger.info("adapter training stopped: %s; keeping the best checkpoint", stopped[-1])
                             break
                         opt.zero_grad(set_to_none=True)
@@ -631,12 +641,13 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
     if scorer is None:
         if final_losses:
             loss_, lr_, ep, Af, Bf = min(final_losses, key=lambda t: t[0])
-            return TrainResult(Af, Bf, lr_, ep, None, history, init_scale, stopped, all_diverged)
-        return TrainResult(A0, B0, None, 0, None, history, init_scale, stopped, all_diverged)
+            return TrainResult(Af, Bf, lr_, ep, None, history, init_scale, stopped, all_diverged,
+                               anchor_dominated)
+        return TrainResult(A0, B0, None, 0, None, history, init_scale, stopped, all_diverged, anchor_dominated)
     assert best is not None
     score, lr_b, ep_b, Ab, Bb = best
     return TrainResult(np.asarray(Ab, dtype=np.float64), np.asarray(Bb, dtype=np.float64), lr_b, ep_b, score,
-                       history, init_scale, stopped, all_diverged)
+                       history, init_scale, stopped, all_diverged, anchor_dominated)
 
 
 #: grid of ``c`` (0 = the frozen model)

@@ -8,7 +8,7 @@ results; the CLI only prints them.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,10 @@ class AdaptationData:
     ``corpus`` the document embeddings as the cache stores them (a float16 memmap: every
     search upcasts it block by block, so no (N, p) float32 copy is made); ``V``/``validation`` and ``T``/``test``
     the validation and test query embeddings with their :class:`RelevanceTable`;
-    ``relevant`` the corpus rows labelled relevant for each training query.
+    ``relevant`` the corpus rows labelled relevant for each training query; ``overlap`` the
+    :func:`~asymgeo.data.splits.split_overlap` of the split (queries in two parts, by id or
+    text), ``queries`` the query texts it was computed from, ``qrels_dir`` the folder of the
+    qrels files.
     """
 
     dataset: str
@@ -45,6 +48,9 @@ class AdaptationData:
     split: dict[str, Any] = field(default_factory=dict)
     qrels: dict[str, dict[str, int]] = field(default_factory=dict, repr=False)
     corpus_ids: Sequence[str] = field(default_factory=list, repr=False)  # the cache's IdIndex
+    overlap: Any = None
+    queries: Mapping[str, str] = field(default_factory=dict, repr=False)
+    qrels_dir: str = ""
 
 
 def _num(x: float | None) -> float:
@@ -56,6 +62,7 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``."""
     from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
+    from ..data.splits import split_overlap
     from ..retrieval.metrics import RelevanceTable
 
     ds = load_beir(dataset, data_dir=data_dir)
@@ -76,7 +83,9 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
     return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
-                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=emb.corpus_ids)
+                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=emb.corpus_ids,
+                          overlap=split_overlap(ds.queries, split), queries=ds.queries,
+                          qrels_dir=str(ds.path / "qrels"))
 
 
 def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> dict[str, float]:
@@ -261,6 +270,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     anchor: float = 0.0,
     selector: str = DEFAULT_AUTO_SELECTOR,
     report: bool = True,
+    allow_test_overlap: bool = False,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     device: str | None = None,
@@ -287,9 +297,20 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
     generalisation table (:func:`~asymgeo.adapters.generalisation.generalisation_report`) in
     ``metrics["generalisation"]``.
+
+    Before training, the training queries (the ``n_train`` subset when asked), the
+    validation and the test queries are checked for queries in two of them
+    (:func:`~asymgeo.data.splits.split_overlap`: the same id, e.g. a ``qrels/train.tsv``
+    that copies ``test.tsv``, or beyond 5% of a scored part the same text under another id):
+    refused with the counts unless ``allow_test_overlap``, and then ``metrics["warnings"]``
+    says the scores are not held out.  Identical texts within the limit are kept and named
+    in ``metrics["warnings"]``; ``metrics["split_overlap"]`` records the counts.
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
+    from .adapter import check_anchor
+
+    anchor = check_anchor(anchor)  # before any data is loaded (``fit --anchor 1e30``)
     from ..selectors.registry import get_rule
 
     selector = get_rule(selector).name
@@ -297,6 +318,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         raise ValueError(f"selector: {selector!r} decides the family of geometry='auto' only, "
                          f"got geometry={geometry!r}")
     from ..data import nested_subsets
+    from ..data.splits import split_overlap
     from .baseline import closed_form_adapter
 
     d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir)
@@ -312,6 +334,17 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         relevant = [relevant[where[q]] for q in ids]
         tr = tr.subset(ids)
     warnings_: list[str] = []
+    overlap = split_overlap(d.queries, {"train": tr.query_ids, "validation": d.validation.query_ids,
+                                        "test": d.test.query_ids})
+    if overlap.refused and not allow_test_overlap:
+        raise ValueError(f"{d.qrels_dir or d.dataset}: " + "; ".join(overlap.messages)
+                         + "; trained or selected on, their scores would not be held out: fix the qrels files, or "
+                           "pass --allow-test-overlap (allow_test_overlap=True) to train on them anyway")
+    if overlap.refused:
+        warnings_.append("test overlap allowed (allow_test_overlap): " + "; ".join(overlap.messages)
+                         + ": the validation and test scores are not held out")
+    else:
+        warnings_.extend(overlap.warnings)
     V, vtable = d.V, d.validation
     if selection == "document_disjoint":
         V, vtable, note = document_disjoint_validation(d, tr.query_ids)
@@ -358,6 +391,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "n_train": len(tr), "n_validation": len(d.validation), "n_test": len(d.test),
         "geometry": ad.geometry_, "form": form, "rank": rank, "seed": seed,
         "selection": selection, "n_selection": len(vtable), "anchor": anchor, "warnings": warnings_,
+        "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
     }
     v = validation_gain(d, ad.operator_, seed=seed)
     metrics["validation_vs_frozen"] = v

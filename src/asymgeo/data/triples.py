@@ -10,10 +10,12 @@ of that query (any grade, any split); with ``ignore_identical_ids`` the document
 equals the query id is excluded as well.  The ``k`` best unlabelled documents are the
 query's frozen hard negatives for adapter training (the first of them is ``Y_neg``).
 
-Mined negatives are cached (see :func:`load_triples`, ``triples_cache``): beside the
-embeddings in ``<cache>/triples/<key>.npz``, or, when that folder is read-only (no write
-permission bits, as the shared caches), in ``$ASYMGEO_TRIPLES_DIR`` (default
-``~/.cache/asymgeo/triples``).  The key hashes the embedding cache's identity (the bytes of
+Mined negatives are cached (see :func:`load_triples`, ``triples_cache``): in the folder
+given (``triples_cache=DIR``, the CLI's ``--triples-dir``), else in ``$ASYMGEO_TRIPLES_DIR``
+when it is set, else beside the embeddings in ``<cache>/triples/<key>.npz``, or, when that
+folder is read-only (no write permission bits, as the shared caches), in
+``~/.cache/asymgeo/triples``.  Files already cached beside the embeddings are still read
+when the variable is set; new ones are written only where the user pointed.  The key hashes the embedding cache's identity (the bytes of
 its ``meta.json``, ``corpus_ids.txt`` and ``query_ids.txt``) and the mining settings (the
 queries, their excluded documents, ``k``, ``min_grade``, ``ignore_identical_ids``, and for
 approximate mining its index settings and FAISS version); a file
@@ -366,7 +368,7 @@ def _read_negatives(
             meta = json.loads(str(z["meta"][()]))
             rows = np.asarray(z["rows"])
             scores = np.asarray(z["scores"])
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no file there (a folder under a file holds none)
         return None
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
         logger.warning("%s: unreadable triple cache, rebuilding it (%s)", path, exc)
@@ -387,26 +389,52 @@ def _read_negatives(
     return SearchResult(scores, rows, str(meta.get("backend", "numpy")))
 
 
-def _write_negatives(folders: Sequence[Path], name: str, key: str, res: SearchResult) -> Path | None:
-    """Write atomically into the first folder that takes it; None if none does."""
+def _write_negatives(folders: Sequence[Path], name: str, key: str, res: SearchResult,
+                     chosen: str | None = None) -> Path | None:
+    """Write atomically into the first folder that takes it; None if none does.
+
+    ``chosen`` names where a single folder came from (``"ASYMGEO_TRIPLES_DIR"``, ``"triples_cache"``):
+    the user asked for it, so a failure to write there is a warning, and no other folder is tried."""
     meta = json.dumps({"key": key, "backend": res.backend, "format": _TRIPLE_CACHE_FORMAT})
     for folder in folders:
+        why = "not writable"
         try:
             if not folder.exists():
                 ancestor = folder.parent
                 while not ancestor.exists() and ancestor != ancestor.parent:
                     ancestor = ancestor.parent
-                if not _writable(ancestor):  # never create folders inside a read-only one
-                    continue
+                if not _writable(ancestor) or not ancestor.is_dir():  # never create folders inside a read-only one
+                    raise OSError(f"{ancestor} is not a writable folder")
                 folder.mkdir(parents=True, exist_ok=True)
             if not _writable(folder):
-                continue
+                raise OSError("not a writable folder")
             with atomic_path(folder / name) as tmp, open(tmp, "wb") as fh:
                 np.savez(fh, rows=res.indices, scores=res.scores, meta=np.array(meta))
             return folder / name
         except OSError as exc:
-            logger.debug("%s: cannot write the triple cache there (%s)", folder, exc)
+            why = exc.strerror or str(exc)
+            logger.debug("%s: cannot write the triple cache there (%s)", folder, why)
+        if chosen is not None:
+            logger.warning("%s (%s): cannot write the mined hard negatives there (%s); they were mined but not "
+                           "cached", folder, chosen, why)
     return None
+
+
+def _triple_folders(cache: EmbeddingCache, triples_cache: bool | str | os.PathLike) -> tuple[
+        list[Path], list[Path], str | None]:
+    """Folders read for a cached file, folders written (first that takes it), and what chose them:
+    a ``triples_cache`` folder, else ``$ASYMGEO_TRIPLES_DIR``, else beside the embeddings, falling
+    back to ``~/.cache/asymgeo/triples`` when that folder is read-only."""
+    beside = cache.path / "triples"
+    if not isinstance(triples_cache, bool):  # (False never gets here: nothing is cached then)
+        chosen = Path(triples_cache).expanduser()
+        return [chosen], [chosen], "triples_cache"
+    env = os.environ.get("ASYMGEO_TRIPLES_DIR")
+    if env:
+        chosen = Path(env).expanduser()
+        return [chosen, beside], [chosen], "ASYMGEO_TRIPLES_DIR"
+    folders = [beside, _user_triples_dir()]
+    return folders, folders, None
 
 
 def _mining_settings(mining: Mapping[str, Any], n_docs: int) -> dict[str, Any] | None:
@@ -442,20 +470,17 @@ def _cached_hard_negatives(
     key = triples_cache_key(cache, query_ids, excludes, k, min_grade, ignore_identical_ids, settings)
     if key is None:
         return mine()
-    if triples_cache is True:
-        folders = [cache.path / "triples", _user_triples_dir()]
-    else:
-        folders = [Path(triples_cache)]
+    read, write, chosen = _triple_folders(cache, triples_cache)
     name = f"{cache.path.parent.name}-{cache.path.name}-{key[:32]}.npz"
-    for folder in folders:
+    for folder in read:
         hit = _read_negatives(folder / name, key, excludes, k, int(cache.corpus.shape[0]))
         if hit is not None:
             logger.info("%s: hard negatives from the triple cache", folder / name)
             return hit
     res = mine()
-    written = _write_negatives(folders, name, key, res)
-    if written is not None:
-        logger.info("%s: hard negatives cached", written)
+    written = _write_negatives(write, name, key, res, chosen)
+    if written is not None:  # a notice: the CLI shows it as one "asymgeo CMD: note: ..." line
+        logger.info("mined hard negatives cached in %s", written, extra={"notice": True})
     return res
 
 
@@ -598,8 +623,10 @@ def load_triples(
         negatives (default: the dataset's own setting).
     cache : an already opened :class:`~asymgeo.data.EmbeddingCache` (skips the lookup).
     triples_cache : where mined hard negatives are cached (module docstring): True (default)
-        beside the embeddings, or in ``$ASYMGEO_TRIPLES_DIR`` (``~/.cache/asymgeo/triples``)
-        when that folder is read-only; a folder; or False (always mine by exact search).
+        in ``$ASYMGEO_TRIPLES_DIR`` when it is set, else beside the embeddings, or in
+        ``~/.cache/asymgeo/triples`` when that folder is read-only; a folder (it wins over
+        both); or False (always mine by exact search).  A new file is announced by an INFO
+        record of ``asymgeo.data.triples`` (``extra`` ``notice=True``) naming its path.
     require : raise ``ValueError`` naming the qrels file when the split yields no triple
         (an empty or header-only qrels file), instead of returning empty triples.
     mining : how hard negatives are mined: ``"exact"`` (default, exact full-corpus search) or

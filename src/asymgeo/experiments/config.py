@@ -26,12 +26,19 @@ TOML layout
     angle = [0.0, 1.2]
     [quick.fixed]   # --quick: updates the constants
     n_test = 200
+
+A config of a packaged cell must set every key that cell reads as ``config["key"]`` and
+that all its packaged configs set (:func:`required_keys`): a file cut short that still
+parses is refused once, naming the file and the keys, before any cell runs.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import hashlib
 import importlib
+import importlib.util
 import itertools
 import json
 import math
@@ -54,6 +61,8 @@ __all__ = [
     "cell_id",
     "cell_seed",
     "import_cell",
+    "required_keys",
+    "check_required_keys",
 ]
 
 _SCALAR = (bool, int, float, str)
@@ -183,6 +192,7 @@ def parse_experiment(data: dict, source: str = "<config>", *, quick: bool = Fals
     for key in qfixed:
         if key not in fixed:
             raise _err(source, f"[quick.fixed] {key}: not a key of [fixed] (keys: {list(fixed)})")
+    check_required_keys(source, cell, [*grid, *fixed])
     if quick:
         grid = {axis: qgrid.get(axis, values) for axis, values in grid.items()}
         fixed = {**fixed, **qfixed}
@@ -198,6 +208,69 @@ def parse_experiment(data: dict, source: str = "<config>", *, quick: bool = Fals
         quick=quick,
     )
 
+
+
+@functools.lru_cache(maxsize=1)
+def _packaged_keys() -> dict[str, list[tuple[str, list[str]]]]:
+    """Each packaged config by its cell spec: ``(file name, [grid] and [fixed] keys in file order)``."""
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    for path in sorted(packaged_config_dir().glob("*.toml")):
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+            cell = data["experiment"]["cell"]
+            keys = [*data.get("grid", {}), *data.get("fixed", {})]
+        except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+            continue  # a broken packaged file is reported when it is loaded itself
+        out.setdefault(str(cell), []).append((path.name, keys))
+    return out
+
+
+@functools.cache
+def _subscripted_keys(module: str) -> frozenset[str]:
+    """The string keys a module reads as ``config["key"]`` (from its source: nothing is imported)."""
+    try:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        if not origin or not origin.endswith(".py"):
+            return frozenset()
+        tree = ast.parse(Path(origin).read_text(encoding="utf-8"))
+    except (ImportError, ValueError, OSError, SyntaxError):
+        return frozenset()
+    return frozenset(node.slice.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                     and isinstance(node.value, ast.Name) and node.value.id == "config"
+                     and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str))
+
+
+def required_keys(cell: str) -> tuple[list[str], list[str]]:
+    """``(keys, files)``: the config keys a config of the packaged cell ``cell`` must set.
+
+    A key is required when every packaged config of that cell sets it (under ``[grid]`` or
+    ``[fixed]``) and the cell's module reads it as ``config["key"]`` (a key read with
+    ``config.get`` has a default and stays optional).  ``files`` are those packaged configs;
+    both are empty for a cell no packaged config runs (a user's own cell is not checked).
+    """
+    entries = _packaged_keys().get(cell, [])
+    if not entries:
+        return [], []
+    read = _subscripted_keys(cell.partition(":")[0])
+    common = set.intersection(*(set(keys) for _, keys in entries))
+    return [k for k in entries[0][1] if k in common and k in read], [name for name, _ in entries]
+
+
+def check_required_keys(source: str, cell: str, keys: Sequence[str]) -> None:
+    """Refuse a config of a packaged cell that lacks a key its cell reads (:func:`required_keys`):
+    one ``ValueError`` naming ``source`` and every missing key, before any cell runs (a config
+    cut short that still parses would otherwise fail in every cell with a bare ``KeyError``)."""
+    need, files = required_keys(cell)
+    have = set(keys) | {"master_seed"}
+    missing = [k for k in need if k not in have]
+    if missing:
+        word = "key" if len(missing) == 1 else "keys"
+        raise _err(source, f"missing {word} {', '.join(map(repr, missing))} under [grid] or [fixed]: the cell "
+                           f"{cell} reads {'it' if len(missing) == 1 else 'them'} (set in the packaged "
+                           f"{' and '.join(files)}); was the file cut short?")
 
 
 def packaged_config_dir() -> Path:

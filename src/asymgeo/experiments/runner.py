@@ -32,6 +32,7 @@ from .config import (
     Experiment,
     cell_id,
     cell_seed,
+    check_required_keys,
     default_config_dir,
     expand_grid,
     import_cell,
@@ -161,6 +162,9 @@ def run_sweep(
     KeyboardInterrupt
         Re-raised after saving the table; finished cells are kept.
     """
+    # a config missing a key its cell reads is refused once, before any folder or cell
+    check_required_keys(experiment.source or experiment.name, experiment.cell,
+                        [*experiment.grid, *experiment.fixed])
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     base = results_path(results_dir, experiment.name)
