@@ -427,7 +427,7 @@ def test_stale_cache_after_a_query_text_change_is_refused(seven, tmp_path):
 
 
 @pytest.mark.parametrize("change", [dict(query_prefix="query: "), dict(document_prefix="passage: "),
-                                    dict(max_tokens=128), dict(normalize=False)])
+                                    dict(max_tokens=128), dict(normalize=False), dict(dtype="float32")])
 def test_cache_of_other_encoder_settings_is_refused(seven, tmp_path, change):
     import dataclasses
 
