@@ -97,3 +97,24 @@ def test_a_stale_aside_folder_of_this_process_is_cleared_before_the_replacement(
     replace_folder(new, dest)
     assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest"]
+
+
+def test_written_by_asymgeo_reads_the_software_chunk(tmp_path):
+    """A PNG is asymgeo's only when its Software text chunk is asymgeo's: matplotlib's own default
+    tag, another program's tag, a damaged file and a text file are not (issue #39)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from asymgeo._atomic import PLOT_SOFTWARE, written_by_asymgeo
+
+    fig = plt.figure()
+    for name, meta in (("ours", {"Software": PLOT_SOFTWARE}), ("default", None), ("other", {"Software": "GIMP"})):
+        fig.savefig(tmp_path / f"{name}.png", metadata=meta)
+    plt.close(fig)
+    assert written_by_asymgeo(tmp_path / "ours.png")
+    assert not written_by_asymgeo(tmp_path / "default.png") and not written_by_asymgeo(tmp_path / "other.png")
+    (tmp_path / "cut.png").write_bytes((tmp_path / "ours.png").read_bytes()[:20])
+    (tmp_path / "text.png").write_text("notes")
+    assert not written_by_asymgeo(tmp_path / "cut.png") and not written_by_asymgeo(tmp_path / "text.png")
+    assert not written_by_asymgeo(tmp_path / "missing.png")

@@ -80,3 +80,14 @@ def test_summary_by_hand():
     assert v["dual_wins"] == 0.5 and v["seeds"] == 2
     page = pop.format_summary(s, "cmd")
     assert "## `paper`: 4 cells, 2 seeds" in page and "| `toy` | 100.0% | 0 | 0.00 [0.00, 0.00] |" in page
+
+
+def test_a_tie_goes_to_shared():
+    # equal population risks: shared is the winner, so a rule choosing shared is right and costs nothing
+    t = pd.DataFrame([{"variant": "paper", "seed_index": 0, "n": 64, "rank": 4, "risk_shared": 0.5,
+                       "risk_dual": 0.5, "mean_share_train": 0.0, "cars_choice": "dual", "cars_score": 0.1,
+                       "toy_choice": "shared", "toy_score": -0.1}])
+    v = pop.summarise(t, n_boot=10)["variants"]["paper"]
+    assert v["dual_wins"] == 0.0
+    assert v["rules"]["toy"]["accuracy"] == 1.0 and v["rules"]["cars"]["accuracy"] == 0.0
+    assert v["rules"]["cars"]["regret"] == 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.geometry import dual_truncate, shared_truncate
-from .registry import Decision, Rule, SelectionContext
+from .registry import Decision, Rule, SelectionContext, paired_difference
 
 
 def decide_pairwise(X: np.ndarray, D: np.ndarray, rank: int, seed: int, context: SelectionContext) -> Decision:
@@ -22,9 +22,7 @@ def decide_pairwise(X: np.ndarray, D: np.ndarray, rank: int, seed: int, context:
     C = X[fit].T @ D[fit] / fit.size
     right = {g: (np.einsum("ij,jk,ik->i", X[val], M, D[val]) > 0).astype(float)
              for g, M in (("shared", shared_truncate(C, rank)), ("dual", dual_truncate(C, rank)))}
-    d = right["dual"] - right["shared"]
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
-    diff = float(d.mean())
+    diff, se = paired_difference(right["dual"], right["shared"])
     return Decision(rule="pairwise", choice="dual" if diff > se else "shared", score=diff, standard_error=se,
                     evidence={"accuracy_shared": float(right["shared"].mean()),
                               "accuracy_dual": float(right["dual"].mean()), "n_validation": int(val.size)})

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._validation import check_rank
 from ..kernels.geometry import dual_truncate, shared_truncate
-from .registry import Decision, Rule, SelectionContext
+from .registry import Decision, Rule, SelectionContext, paired_difference
 
 __all__ = ["RankingChoice", "RANKING_SCALES", "decide_ranking"]
 
@@ -81,12 +81,10 @@ def decide_ranking(X: np.ndarray, D: np.ndarray, rank: int, seed: int, context: 
                 per = np.asarray(score(np.eye(p) + (c / norm) * M), dtype=np.float64)
             if family not in best or per.mean() > best[family][1] + 1e-12:  # ties keep the smaller c
                 best[family] = (c, float(per.mean()), per)
-    d = best["dual"][2] - best["shared"][2]
-    diff = float(d.mean())
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
+    diff, se = paired_difference(best["dual"][2], best["shared"][2])
     rc = RankingChoice(choice="dual" if diff > se else "shared", diff=diff, standard_error=se,
                        ndcg={g: best[g][1] for g in best}, scale={g: best[g][0] for g in best},
-                       n_validation=int(d.size))
+                       n_validation=int(best["dual"][2].size))
     return Decision(rule="ranking", choice=rc.choice, score=diff, standard_error=se,
                     evidence={"validation_shared": rc.ndcg["shared"], "validation_dual": rc.ndcg["dual"],
                               "n_validation": rc.n_validation, "scale": dict(rc.scale)},

@@ -44,6 +44,7 @@ from .catalogue import BUILTIN_RULES
 __all__ = [
     "Decision",
     "SelectionContext",
+    "paired_difference",
     "Rule",
     "RuleNotApplicable",
     "NEEDS",
@@ -116,6 +117,14 @@ class Decision:
         """JSON-able ``{"rule", "choice", "score", "standard_error", "evidence"}``."""
         return {"rule": self.rule, "choice": self.choice, "score": self.score,
                 "standard_error": self.standard_error, "evidence": _plain(dict(self.evidence))}
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Mean and standard error of the paired per-item difference ``a - b`` (SE infinite for one item):
+    the one-SE rules (``ranking``, ``validation``, ``pairwise``) compare their families with it."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
+    return float(d.mean()), se
 
 
 def _plain(value: Any) -> Any:

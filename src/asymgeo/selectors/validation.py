@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import Decision, Rule, SelectionContext
+from .registry import Decision, Rule, SelectionContext, paired_difference
 
 
 def validation_choice(diff: float, standard_error: float, tie_break: str = "shared",
@@ -40,13 +40,11 @@ def decide_validation(X: np.ndarray, D: np.ndarray, rank: int, seed: int, contex
     if shared.shape != dual.shape or shared.ndim != 1:
         raise ValueError(f"context.validation_scores: expected two (m,) arrays over the same queries, got "
                          f"{shared.shape} and {dual.shape}")
-    d = dual - shared
-    diff = float(d.mean())
-    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
+    diff, se = paired_difference(dual, shared)
     choice, outcome = validation_choice(diff, se, context.tie_break, context.cars)
     return Decision(rule="validation", choice=choice, score=diff, standard_error=se,
                     evidence={"outcome": outcome, "validation_shared": float(shared.mean()),
-                              "validation_dual": float(dual.mean()), "n_validation": int(d.size)})
+                              "validation_dual": float(dual.mean()), "n_validation": int(dual.size)})
 
 
 def describe_validation(decision: Decision) -> str:
