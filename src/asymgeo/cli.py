@@ -117,6 +117,14 @@ def _add_triples_dir(p: argparse.ArgumentParser) -> None:
             return run(args)
         if not str(args.triples_dir).strip():
             raise ValueError("--triples-dir: empty path (an unset shell variable?); name a folder")
+        from pathlib import Path
+
+        from ._atomic import check_writable_parent
+
+        folder = Path(os.path.expanduser(args.triples_dir))
+        if folder.exists() and not folder.is_dir():  # the user named it: refused before any work
+            raise NotADirectoryError(f"--triples-dir: {folder} is a file, not a folder; nothing was computed")
+        check_writable_parent(folder / "triples", "--triples-dir")
         old = os.environ.get("ASYMGEO_TRIPLES_DIR")
         os.environ["ASYMGEO_TRIPLES_DIR"] = os.path.abspath(os.path.expanduser(args.triples_dir))
         try:

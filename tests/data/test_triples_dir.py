@@ -100,3 +100,17 @@ def test_an_unwritable_chosen_folder_is_said_and_nothing_lands_elsewhere(toy, tm
     assert _npz(cache) == [] and _npz(tmp_path / "home") == [] and blocker.read_text() == "user data"
     (msg,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert msg.startswith(f"{blocker / 'sub'} (ASYMGEO_TRIPLES_DIR): cannot write the mined hard negatives there")
+
+
+def test_a_triples_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[2] / ".." / "shared"
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    args = ["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--data-dir", str(shared / "data"),
+            "--cache-dir", str(shared / "embeddings"), "--triples-dir", str(afile)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"--triples-dir: {afile} is a file, not a folder; nothing was computed" in err and "warning" not in err
+    assert afile.read_text() == "mine"
