@@ -647,7 +647,7 @@ def _run_evaluate_adapter(args) -> int:
 # --------------------------------------------------------------------------- fit
 #: ``asymgeo fit``'s training defaults beyond the paper's protocol, chosen on validation by the
 #: generalisation study (docs/generalisation.md); ``--selection all --anchor 0`` is the paper's.
-_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation"}
+_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation", "memory": "auto"}
 
 @_command("fit")
 def _add_fit(sub):
@@ -659,9 +659,14 @@ def _add_fit(sub):
         "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
-    p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
+    p.add_argument("--geometry", choices=["shared", "dual", "auto", "query"], required=True,
                    help="adapter family; auto: train both, keep the better on validation NDCG@10 "
-                        "(shared within one standard error; CARS, eq. 7, reported beside it)")
+                        "(shared within one standard error; CARS, eq. 7, reported beside it); query: the "
+                        "query-only peer, a p x p map on queries from the identity, documents untouched")
+    p.add_argument("--memory", choices=["auto", "none"], default=_FIT_DEFAULTS["memory"],
+                   help="auto (default): add the gated document memory on top of the map (training positives "
+                        "raised for new queries close to the queries that found them; gate chosen on validation "
+                        "so that document-disjoint validation queries lose nothing); none: the map alone")
     p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
                    help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
                         + "; validation (default: train both, keep the better); ranking (the closed-form I + cM's "
@@ -727,7 +732,8 @@ def _run_fit(args) -> int:
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
-                      anchor=args.anchor, selector=args.selector, allow_test_overlap=args.allow_test_overlap,
+                      anchor=args.anchor, selector=args.selector, memory=args.memory,
+                      allow_test_overlap=args.allow_test_overlap,
                       data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
                       progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
@@ -788,6 +794,15 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
             (f"trained {ad.geometry_}", m["trained"])]
     for name, r in rows:
         print(f"{name:<24}{r['validation_ndcg@10']:>11.4f}{r['test_ndcg@10']:>9.4f}")
+    mem = m.get("memory")
+    if mem and mem.get("kept"):
+        print(f"{'+ document memory':<24}{'':>11}{m['deployed']['test_ndcg@10']:>9.4f}   (gate {mem['threshold']:.3f}, "
+              f"weight {mem['weight']:.3g}; {mem['n_documents']:,} documents remembered from {mem['n_keys']:,} "
+              f"train + validation queries; validation {mem['map_validation_ndcg@10']:.4f} -> "
+              f"{mem['validation_ndcg@10']:.4f} before the validation queries joined it)")
+    elif mem:
+        print("document memory: not kept (no gate raised validation NDCG@10 without lowering the "
+              f"{mem['n_protected']} document-disjoint validation queries)")
     if gen:
         from .adapters.generalisation import GeneralisationReport
 

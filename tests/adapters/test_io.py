@@ -308,7 +308,7 @@ def _edit_config(out, edit):
     (lambda c: c.pop("weights_sha256"), "missing key 'weights_sha256'"),
     (lambda c: c.pop("dimension"), "missing key 'dimension'"),
     (lambda c: c.update(form="full"), "form 'full' is not one of"),
-    (lambda c: c.update(geometry="both"), "geometry 'both' is not 'shared' or 'dual'"),
+    (lambda c: c.update(geometry="both"), "geometry 'both' is not 'shared', 'dual' or 'query'"),
     (lambda c: c.update(rank=7), r"rank 7 and dimension 6 are not integers with 1 <= rank <= dimension"),
     (lambda c: c.update(rank="2"), r"rank '2' and dimension 6 are not integers"),
     (lambda c: c.update(training=[1]), r"'training' is not an object \(got list\)"),

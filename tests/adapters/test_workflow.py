@@ -354,7 +354,7 @@ def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_di
 def test_fit_warns_when_not_better_than_frozen(shared_dir, monkeypatch):
     import asymgeo.adapters.workflow as wf
 
-    kw = dict(geometry="dual", rank=4, n_train=32, epochs=1, learning_rates=(1e-3,), report=False,
+    kw = dict(geometry="dual", rank=4, n_train=32, epochs=1, learning_rates=(1e-3,), report=False, memory="none",
               data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
     monkeypatch.setattr(wf, "validation_gain", lambda *a, **k: {"n": 162, "diff": 0.01, "ci_low": -0.002,
                                                                 "ci_high": 0.02})

@@ -25,7 +25,7 @@ __all__ = ["Adapter", "GEOMETRIES", "FORMS", "INITS", "MAX_ANCHOR", "check_ancho
 
 logger = logging.getLogger(__name__)
 
-GEOMETRIES = ("shared", "dual", "auto")
+GEOMETRIES = ("shared", "dual", "auto", "query")
 FORMS = ("augmented", "projection")
 INITS = ("closed_form", "random")
 
@@ -79,8 +79,11 @@ class Adapter(_Params):
 
     Parameters
     ----------
-    geometry : {"shared", "dual", "auto"}
+    geometry : {"shared", "dual", "auto", "query"}
         ``"auto"`` runs CARS (eq. 7) on the training triples and trains the family it picks.
+        ``"query"``: the query-only peer (the linear adapter of LlamaIndex / ERA): a full
+        p x p map on queries, started at the identity, documents untouched, ``x^T (I + W^T) y``;
+        ``rank`` is then p and ``form`` must be ``"augmented"``.
     rank : int
         Rank r of the low-rank maps.
     form : {"augmented", "projection"}
@@ -125,6 +128,10 @@ class Adapter(_Params):
     stopped_ : list of messages for learning-rate runs stopped early by a diverging loss
     device_ : the torch device the maps were trained on (``"cuda"`` when available by default)
     n_features_in_ : p
+    memory_ : :class:`~asymgeo.adapters.memory.DocumentMemory` or None: the gated document memory
+        :func:`asymgeo.adapters.fit_adapter` adds on top of the map (``memory="auto"``, the
+        default), chosen on validation; scores are then ``x^T M y + b_d(x)`` and
+        :meth:`search` / :meth:`index` apply it; ``operator_`` stays the map alone.
     generalisation_ : GeneralisationReport or None: set by :func:`asymgeo.adapters.fit_adapter`
         (seen / unseen-document test NDCG@10 against frozen and the document prior), or by
         :meth:`generalisation_report` on data the caller supplies; None after a bare ``fit``.
@@ -144,6 +151,7 @@ class Adapter(_Params):
     n_features_in_: int
     metadata_: dict[str, Any]
     generalisation_: Any
+    memory_: Any = None
 
     def __init__(
         self,
@@ -187,7 +195,10 @@ class Adapter(_Params):
             raise ValueError(f"form: expected one of {', '.join(FORMS)}, got {self.form!r}")
         if self.init not in INITS:
             raise ValueError(f"init: expected one of {', '.join(INITS)}, got {self.init!r}")
-        check_rank(self.rank, p)
+        if self.geometry == "query" and self.form != "augmented":
+            raise ValueError("form: geometry='query' (a p x p map on queries from the identity) needs form='augmented'")
+        if self.geometry != "query":
+            check_rank(self.rank, p)
         lrs = list(self.learning_rates) if not isinstance(self.learning_rates, (int, float)) else [self.learning_rates]
         if not lrs:
             raise ValueError("learning_rates: expected at least one learning rate")
@@ -311,8 +322,10 @@ class Adapter(_Params):
             raise ValueError(f"doc_map: shape {B.shape} does not match query_map shape {A.shape}")
         if geometry is None:
             geometry = "shared" if doc_map is None or np.array_equal(A, B) else "dual"
-        if geometry not in ("shared", "dual"):
-            raise ValueError(f"geometry: expected 'shared' or 'dual', got {geometry!r}")
+        if geometry not in ("shared", "dual", "query"):
+            raise ValueError(f"geometry: expected 'shared', 'dual' or 'query', got {geometry!r}")
+        if geometry == "query" and not (A.shape[0] == A.shape[1] and np.array_equal(B, np.eye(A.shape[1]))):
+            raise ValueError("doc_map: a query-only adapter has a (p, p) query map and the identity as doc_map")
         if geometry == "shared" and not np.array_equal(A, B):
             raise ValueError("doc_map: a shared adapter needs doc_map equal to query_map")
         if form not in FORMS:
@@ -356,12 +369,17 @@ class Adapter(_Params):
         so that ``[x, Ax] . [y, By] = x.y + (Ax).(By)``.
         """
         Xf = self._check_input(X, "X")
+        if self.geometry_ == "query":  # x + W x against the frozen documents
+            return Xf + Xf @ self.query_map_.T
         low = Xf @ self.query_map_.T
         return low if self.form == "projection" else np.hstack([Xf, low])
 
     def transform_documents(self, Y: Any) -> np.ndarray:
-        """Document embeddings: ``Y @ B.T`` (projection) or ``[Y, Y @ B.T]`` (augmented)."""
+        """Document embeddings: ``Y @ B.T`` (projection) or ``[Y, Y @ B.T]`` (augmented); the
+        frozen ``Y`` itself for the query-only family (nothing to re-index)."""
         Yf = self._check_input(Y, "Y")
+        if self.geometry_ == "query":
+            return Yf
         low = Yf @ self.doc_map_.T
         return low if self.form == "projection" else np.hstack([Yf, low])
 
@@ -404,4 +422,27 @@ class Adapter(_Params):
         self._check_fitted()
         from ..retrieval.search import AdapterIndex
 
-        return AdapterIndex(corpus, self.query_map_, self.doc_map_, form=self.form, dtype=dtype)
+        mem = self.memory_
+        memory = None if mem is None else (mem.table_, mem.threshold_, mem.weight_)
+        if self.geometry_ == "query":  # documents as they are (p columns), queries x + W x
+            p = self.n_features_in_
+            return AdapterIndex(corpus, np.eye(p) + self.query_map_, np.eye(p), form="projection", dtype=dtype,
+                                memory=memory)
+        return AdapterIndex(corpus, self.query_map_, self.doc_map_, form=self.form, dtype=dtype, memory=memory)
+
+    def search(self, queries: Any, corpus: Any, k: int = 10, *,
+               corpus_ids: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` ``(scores, indices)`` of ``corpus`` for ``queries`` under this adapter:
+        ``x^T M y`` plus the document memory's boost when there is one (:attr:`memory_`); with
+        ``corpus_ids`` exact ties follow trec_eval's order."""
+        self._check_fitted()
+        from ..retrieval.search import exact_search, search_trec_order
+
+        Q = self._check_input(queries, "queries")
+        if self.memory_ is not None:
+            return self.memory_.search(Q, corpus, k, operator=self.operator_, corpus_ids=corpus_ids)
+        if corpus_ids is not None:
+            res = search_trec_order(Q, corpus, k, corpus_ids, operator=self.operator_)
+        else:
+            res = exact_search(Q, corpus, k, operator=self.operator_, progress=None)
+        return np.asarray(res.scores), np.asarray(res.indices)

@@ -136,6 +136,7 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
     k: int = 10,
     n_boot: int = 2000,
     seed: int = 0,
+    seen_query_ids: Sequence[str] | None = None,
 ) -> GeneralisationReport:
     """The generalisation table of ``operators`` (``{name: (p, p) operator}``) on ``data``'s test split.
 
@@ -144,19 +145,27 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
     data : :class:`~asymgeo.adapters.workflow.AdaptationData` (test and validation queries,
         the corpus, the merged qrels and corpus ids).
     train_query_ids : the queries that trained the adapters: their positives are "seen".
-    operators : models to report besides frozen and the document prior.
+    operators : models to report besides frozen and the document prior: a (p, p) operator,
+        or anything with ``search(queries, corpus, k, corpus_ids=...) -> (scores, indices)``
+        (an :class:`~asymgeo.adapters.Adapter` with a document memory).
     focus : the model the headline sentence is about (default: the last one).
+    seen_query_ids : the queries whose relevant documents count as *seen* for the test split
+        (default ``train_query_ids``; an adapter whose memory also holds the validation
+        queries passes both).  The document prior always boosts the training positives only
+        (its ``beta`` is chosen on validation).  With a wider definition, ``seen`` also records
+        the split by ``train_query_ids`` alone (``by_train_queries``).
     """
     from ..retrieval.generalisation import PRIOR_WEIGHTS, choose_prior_weight, seen_document_split, seen_documents
 
     qrels, corpus_ids = data.qrels, data.corpus_ids
-    seen_ids = seen_documents(qrels, train_query_ids)
+    prior_seen = seen_documents(qrels, train_query_ids)
+    seen_ids = prior_seen if seen_query_ids is None else seen_documents(qrels, seen_query_ids)
     if isinstance(corpus_ids, IdIndex):  # look up the seen documents only (no dict of every id)
-        found = corpus_ids.lookup(sorted(seen_ids))
+        found = corpus_ids.lookup(sorted(prior_seen))
         seen_rows = np.sort(found[found >= 0]).astype(np.int64)
     else:
         row_of = {d: i for i, d in enumerate(corpus_ids)}
-        seen_rows = np.array(sorted(row_of[d] for d in seen_ids if d in row_of), dtype=np.int64)
+        seen_rows = np.array(sorted(row_of[d] for d in prior_seen if d in row_of), dtype=np.int64)
     is_seen = np.zeros(len(corpus_ids), dtype=bool)
     is_seen[seen_rows] = True
     test_ids = list(data.test.query_ids)
@@ -185,7 +194,10 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
     prior_name = f"doc prior (beta={beta:g})"
     rankings[prior_name] = _prior_rankings(data.T, data.corpus, seen_rows, is_seen, depth, [beta])[beta]
     for name, M in operators.items():
-        rankings[name] = _search(data.T, data.corpus, depth, M, corpus_ids).indices
+        if hasattr(M, "search"):
+            rankings[name] = M.search(data.T, data.corpus, depth, corpus_ids=corpus_ids)[1]
+        else:
+            rankings[name] = _search(data.T, data.corpus, depth, M, corpus_ids).indices
     per = {name: subsets_of(idx) for name, idx in rankings.items()}
     frozen_full, frozen_u = per["frozen"]
     groups = {"all": test_ids, "seen": split.seen, "unseen": split.unseen}
@@ -196,9 +208,15 @@ def generalisation_report(  # noqa: C901 - one table, built subset by subset
         rows[name] = {s: _cell(full, ref_full, groups[s], n_boot, seed) for s in ("all", "seen", "unseen")}
         rows[name]["unseen_relevant"] = _cell(unseen_rel, ref_u, list(frozen_u), n_boot, seed)
     focus = focus if focus is not None else (list(operators)[-1] if operators else prior_name)
-    report = GeneralisationReport(rows, beta, val_ndcg,
-                                  {**split.as_dict(), "n_seen_documents": int(seen_rows.size),
-                                   "n_train_queries": len(train_query_ids)}, focus, k)
+    seen_record: dict[str, Any] = {**split.as_dict(),
+                                   "n_seen_documents": int(seen_rows.size) if seen_query_ids is None else len(seen_ids),
+                                   "n_train_queries": len(train_query_ids),
+                                   "defined_by": "train queries" if seen_query_ids is None
+                                   else f"{len(seen_query_ids)} train + validation queries"}
+    if seen_query_ids is not None:
+        by_train = seen_document_split(test_qrels, prior_seen)
+        seen_record["by_train_queries"] = {"n_seen": len(by_train.seen), "n_unseen": len(by_train.unseen)}
+    report = GeneralisationReport(rows, beta, val_ndcg, seen_record, focus, k)
     report.headline = _headline(report, prior_name)
     if not split.unseen:
         report.notes.append("every test query has a relevant document that was a training positive: the "

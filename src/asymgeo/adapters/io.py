@@ -145,9 +145,22 @@ def save_adapter(
     tensors = {"query_map": A}
     if adapter.geometry_ == "dual":
         tensors["doc_map"] = np.ascontiguousarray(adapter.doc_map_, dtype=np.float64)
+    mem = getattr(adapter, "memory_", None)
+    memory_cfg = None
+    if mem is not None:
+        t = mem.table_
+        tensors["memory_keys"] = np.ascontiguousarray(t.keys, dtype=np.float64)
+        tensors["memory_pairs"] = np.ascontiguousarray(np.stack([t.pair_key, t.pair_document]), dtype=np.int64)
+        memory_cfg = {"threshold": float(mem.threshold_), "weight": float(mem.weight_), "n_keys": t.n_keys,
+                      "n_documents": t.n_documents, "n_pairs": int(t.pair_key.size),
+                      "description": "gated document memory: score x^T M y + weight * max over the keys q that "
+                                     "found y of max(0, x.q - threshold) / (1 - threshold); keys are frozen query "
+                                     "embeddings, pairs (key row, corpus row) of the embedding cache"}
     sel = getattr(adapter, "selection_", None)
     selection = sel.as_dict() if sel is not None else None
     params = adapter.get_params()
+    if adapter.geometry_ == "query":  # rank is not a parameter of the p x p query map
+        params["rank"] = int(A.shape[0])
     params["learning_rates"] = list(params["learning_rates"]) if not isinstance(
         params["learning_rates"], (int, float)) else [params["learning_rates"]]
     config = {
@@ -170,6 +183,7 @@ def save_adapter(
             "selection": selection,
             "history": adapter.history_,
         },
+        "memory": memory_cfg,
         "metrics": metrics if metrics is not None else meta_prev.get("metrics", {}),
         "extra": extra if extra is not None else meta_prev.get("extra", {}),
     }
@@ -232,8 +246,8 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
         if key not in cfg:
             raise _fail(cfg_path, f"missing key {key!r}")
     geometry, form = cfg["geometry"], cfg["form"]
-    if geometry not in ("shared", "dual"):
-        raise _fail(cfg_path, f"geometry {geometry!r} is not 'shared' or 'dual'")
+    if geometry not in ("shared", "dual", "query"):
+        raise _fail(cfg_path, f"geometry {geometry!r} is not 'shared', 'dual' or 'query'")
     if form not in FORMS:
         raise _fail(cfg_path, f"form {form!r} is not one of {', '.join(FORMS)}")
     r, p = cfg["rank"], cfg["dimension"]
@@ -265,10 +279,17 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
         tensors = st.load(data)
     except Exception as exc:  # safetensors raises its own SafetensorError on damaged files
         raise _fail(w_path, f"not a readable safetensors file ({exc})") from None
-    expected = {"query_map"} | ({"doc_map"} if geometry == "dual" else set())
+    memory_cfg = cfg.get("memory")
+    expected = {"query_map"} | ({"doc_map"} if geometry == "dual" else set()) | (
+        {"memory_keys", "memory_pairs"} if memory_cfg is not None else set())
     if set(tensors) != expected:
         raise _fail(w_path, f"tensors {sorted(tensors)} do not match the {geometry} geometry "
-                            f"(expected {sorted(expected)})")
+                            f"{'with' if memory_cfg is not None else 'without'} a memory (expected {sorted(expected)})")
+    memory = None
+    if memory_cfg is not None:
+        memory = _load_memory(cfg_path, w_path, memory_cfg, tensors.pop("memory_keys"), tensors.pop("memory_pairs"), p)
+    if geometry == "query" and r != p:
+        raise _fail(cfg_path, f"rank {r} of a query-only adapter must equal its dimension {p}")
     for name, arr in tensors.items():
         if arr.dtype != np.float64:
             raise _fail(w_path, f"tensor {name!r} has dtype {arr.dtype}, expected float64")
@@ -280,7 +301,9 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
     for key in Adapter._param_names():
         if key in training and key not in ("geometry", "rank", "form"):
             params[key] = tuple(training[key]) if key == "learning_rates" else training[key]
-    ad = Adapter.from_maps(tensors["query_map"], tensors.get("doc_map"), form=form, geometry=geometry, **params)
+    doc_map = np.eye(p) if geometry == "query" else tensors.get("doc_map")
+    ad = Adapter.from_maps(tensors["query_map"], doc_map, form=form, geometry=geometry, **params)
+    ad.memory_ = memory
     fitted = cfg.get("fitted") or {}
     ad.geometry = str(training.get("geometry", geometry))
     ad.learning_rate_ = fitted.get("learning_rate")
@@ -291,6 +314,32 @@ def load_adapter(path: str | os.PathLike) -> Adapter:  # noqa: C901 - one flat s
     ad.history_ = list(fitted.get("history") or [])
     ad.metadata_ = cfg
     return ad
+
+
+def _load_memory(cfg_path: Path, w_path: Path, cfg: Any, keys: np.ndarray, pairs: np.ndarray, p: int) -> Any:
+    """The :class:`~asymgeo.adapters.memory.DocumentMemory` saved with an adapter, checked."""
+    from ..retrieval.memory import memory_table_from_pairs
+    from .memory import DocumentMemory
+
+    if not isinstance(cfg, dict):
+        raise _fail(cfg_path, f"'memory' is not an object (got {type(cfg).__name__})")
+    for key in ("threshold", "weight"):
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            raise _fail(cfg_path, f"memory.{key}: expected a finite number, got {v!r}")
+    if not -1.0 <= cfg["threshold"] < 1.0 or cfg["weight"] < 0:
+        raise _fail(cfg_path, f"memory: threshold {cfg['threshold']!r} outside [-1, 1) or weight {cfg['weight']!r} < 0")
+    if keys.dtype != np.float64 or keys.ndim != 2 or keys.shape[1] != p or not np.isfinite(keys).all():
+        raise _fail(w_path, f"tensor 'memory_keys': expected finite float64 of shape (n_keys, {p}), got "
+                            f"{keys.dtype} {keys.shape}")
+    if pairs.dtype != np.int64 or pairs.ndim != 2 or pairs.shape[0] != 2:
+        raise _fail(w_path, f"tensor 'memory_pairs': expected int64 of shape (2, n_pairs), got "
+                            f"{pairs.dtype} {pairs.shape}")
+    if pairs.size and (pairs[0].min() < 0 or pairs[0].max() >= keys.shape[0] or pairs[1].min() < 0):
+        raise _fail(w_path, "tensor 'memory_pairs': a key row or corpus row is out of range")
+    if cfg.get("n_keys") not in (None, keys.shape[0]) or cfg.get("n_pairs") not in (None, pairs.shape[1]):
+        raise _fail(cfg_path, "memory: n_keys / n_pairs disagree with the saved tensors (edited by hand?)")
+    return DocumentMemory.from_table(memory_table_from_pairs(keys, pairs[0], pairs[1]), cfg["threshold"], cfg["weight"])
 
 
 def _canonical_encoder(name: str) -> str:

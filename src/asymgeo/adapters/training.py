@@ -463,6 +463,8 @@ def _deterministic(torch: Any, device: str) -> Iterator[None]:
 def _initial_maps(adapter: Any, data: TrainingData, geometry: str,
                   scorer: ValidationScorer | None) -> tuple[np.ndarray, np.ndarray, float | None]:
     rank, p = int(adapter.rank), data.p
+    if geometry == "query":  # the query-only peer: x -> x + W x from W = 0 (the identity map), documents fixed
+        return np.zeros((p, p)), np.eye(p), None
     if adapter.init == "random":
         rng = np.random.default_rng(np.random.SeedSequence(int(adapter.seed), spawn_key=(1,)))
         std = 0.01 if adapter.form == "augmented" else 1.0 / math.sqrt(rank)
@@ -484,8 +486,9 @@ def _initial_maps(adapter: Any, data: TrainingData, geometry: str,
 
 
 def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult:  # noqa: C901 - lr grid x epochs loop
-    """Train one family (``"shared"`` or ``"dual"``) over the learning-rate grid; returns the
-    checkpoint with the best validation NDCG@10 (ties: earlier learning rate, earlier epoch)."""
+    """Train one family (``"shared"``, ``"dual"`` or the query-only ``"query"``) over the learning-rate
+    grid; returns the checkpoint with the best validation NDCG@10 (ties: earlier learning rate, then
+    earlier epoch)."""
     torch = import_torch()
     device = resolve_device(adapter.device)
     lrs = [float(adapter.learning_rates)] if isinstance(adapter.learning_rates, (int, float)) \
@@ -499,6 +502,9 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
     tau = float(adapter.temperature)
     augmented = adapter.form == "augmented"
     shared = geometry == "shared"
+    query_only = geometry == "query"
+    if query_only and not augmented:
+        raise ValueError("form: geometry='query' needs form='augmented' (x + W x against frozen documents)")
     with _deterministic(torch, device):
         # the loss reads only the positives and hard negatives: those rows, float32, on the device
         # (global rows stay the keys of the relevance masks); validation streams the whole corpus
@@ -555,6 +561,8 @@ def train_family(adapter: Any, data: TrainingData, geometry: str) -> TrainResult
                 params = [A]
                 if shared:
                     B = A
+                elif query_only:  # documents untouched: B stays the identity, not trained
+                    B = torch.tensor(B0, dtype=torch.float32, device=device)
                 else:
                     B = torch.tensor(B0, dtype=torch.float32, device=device, requires_grad=True)
                     params.append(B)

@@ -183,6 +183,63 @@ def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.
 #: The rule that decides ``fit_adapter(geometry="auto")``'s family unless ``selector`` names another.
 DEFAULT_AUTO_SELECTOR = "validation"
 
+#: ``memory`` choices of :func:`fit_adapter`.
+MEMORY_CHOICES = ("auto", "none")
+
+
+def _relevant_rows(d: AdaptationData, query_ids: Sequence[str]) -> list[set[int]]:
+    """Corpus rows labelled relevant (grade > 0) to each of ``query_ids`` (unknown ids skipped)."""
+    from .._ids import IdIndex
+
+    ids = d.corpus_ids
+    out: list[set[int]] = []
+    row_of = None if isinstance(ids, IdIndex) else {c: i for i, c in enumerate(ids)}
+    for q in query_ids:
+        docs = [str(x) for x, g in (d.qrels.get(q) or {}).items() if g > 0]
+        if isinstance(ids, IdIndex):
+            rows = ids.lookup(docs) if docs else np.zeros(0, dtype=np.int64)
+            out.append({int(r) for r in rows if r >= 0})
+        else:
+            assert row_of is not None
+            out.append({row_of[x] for x in docs if x in row_of})
+    return out
+
+
+def fit_memory(d: AdaptationData, train_query_ids: Sequence[str], X: Any, relevant: Sequence[set[int]],
+               operator: Any, *, corpus_ids: Sequence[str] | None = None) -> Any:
+    """The :class:`~asymgeo.adapters.memory.DocumentMemory` of ``fit_adapter(memory="auto")``.
+
+    Keys: the training queries ``X`` with their relevant rows; the gate and weight are chosen
+    on all of ``d``'s validation queries, protecting those none of whose relevant documents is
+    a training positive (the document-disjoint validation queries); then the validation
+    queries join the keys.
+    """
+    from ..retrieval.generalisation import seen_document_split, seen_documents
+    from .memory import DocumentMemory
+
+    val_ids = list(d.validation.query_ids)
+    seen = seen_documents(d.qrels, train_query_ids)
+    unseen = set(seen_document_split({q: d.qrels[q] for q in val_ids}, seen).unseen)
+    protected = np.array([q in unseen for q in val_ids], dtype=bool)
+    mem = DocumentMemory().fit(np.asarray(X, dtype=np.float32), list(relevant), d.corpus,
+                               validation_queries=d.V, validation_relevance=d.validation, protected=protected,
+                               operator=operator, corpus_ids=corpus_ids)
+    if mem.weight_ > 0:
+        mem.extend(d.V, _relevant_rows(d, val_ids))
+    return mem
+
+
+def _adapter_ndcg(queries: np.ndarray, table: Any, corpus: np.ndarray, adapter: Adapter,
+                  corpus_ids: Sequence[str] | None) -> np.ndarray:
+    """Per-query NDCG@10 of what ``adapter`` deploys (its map, plus its memory when it has one)."""
+    from ..retrieval.metrics import evaluate_indices
+
+    if adapter.memory_ is None:
+        return _per_query_ndcg(queries, table, corpus, adapter.operator_, corpus_ids)
+    _, idx = adapter.search(queries, corpus, min(10, corpus.shape[0]), corpus_ids=corpus_ids)
+    return evaluate_indices(idx, table, ["ndcg@10"]).per_query["ndcg@10"]
+
+
 #: Validation choices of :func:`fit_adapter`.
 SELECTIONS = ("all", "document_disjoint")
 #: Fewest document-disjoint validation queries :func:`fit_adapter` selects on.
@@ -269,6 +326,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     selection: str = "document_disjoint",
     anchor: float = 0.0,
     selector: str = DEFAULT_AUTO_SELECTOR,
+    memory: str = "auto",
     report: bool = True,
     allow_test_overlap: bool = False,
     data_dir: str | os.PathLike | None = None,
@@ -293,6 +351,13 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     :func:`asymgeo.retrieval.ranking_selector.ranking_choice`, then train only that family);
     ``"cars"``, ``"cv"`` or ``"anisotropic"`` (from the training triples alone: eq. 7, the
     cross-validated operator risk, SURE with anisotropic pricing; then train that family).
+    ``memory``: ``"auto"`` (default) adds a gated document memory on top of the chosen map
+    (:class:`~asymgeo.adapters.memory.DocumentMemory`: training positives raised for new
+    queries close to the training queries that found them; gate and weight chosen on all
+    validation queries so long as the document-disjoint validation queries lose nothing to
+    the map alone; then the validation queries join its keys), kept as ``adapter.memory_``
+    when it helps on validation; ``"none"``: the map alone.  ``metrics["memory"]`` records it
+    and ``metrics["deployed"]`` scores what the adapter does (map plus memory).
     Returns the trained adapter, the closed-form baseline of the same geometry, the
     validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
     generalisation table (:func:`~asymgeo.adapters.generalisation.generalisation_report`) in
@@ -308,6 +373,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     """
     if selection not in SELECTIONS:
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
+    if memory not in MEMORY_CHOICES:
+        raise ValueError(f"memory: expected one of {', '.join(map(repr, MEMORY_CHOICES))}, got {memory!r}")
     from .adapter import check_anchor
 
     anchor = check_anchor(anchor)  # before any data is loaded (``fit --anchor 1e30``)
@@ -374,7 +441,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         ad.selection_ = cars
     else:
         ad = train(geometry)
-    base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=ad.geometry_, rank=rank,
+    base_geometry = "dual" if ad.geometry_ == "query" else ad.geometry_  # query-only: the dual closed form
+    base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=base_geometry, rank=rank,
                                hard_negative_rows=tr.hard_negative_rows, validation_queries=V,
                                validation_relevance=vtable, device=device)
     cids = d.corpus_ids or None
@@ -393,16 +461,30 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "selection": selection, "n_selection": len(vtable), "anchor": anchor, "warnings": warnings_,
         "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
     }
+    mem = None
+    if memory == "auto":
+        mem = fit_memory(d, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=cids)
+        ad.memory_ = mem if mem.active else None
+        metrics["memory"] = {**mem.describe(), "kept": ad.memory_ is not None}
+        warnings_.extend(mem.notes_)
+    seen_ids = list(tr.query_ids) + (list(d.validation.query_ids) if ad.memory_ is not None else [])
+    metrics["deployed"] = {"test_ndcg@10": float(np.mean(_adapter_ndcg(d.T, d.test, d.corpus, ad, cids))),
+                           "memory": ad.memory_ is not None,
+                           "seen_documents_from": "train + validation queries" if ad.memory_ is not None
+                           else "train queries"}
     v = validation_gain(d, ad.operator_, seed=seed)
     metrics["validation_vs_frozen"] = v
     if not v["ci_low"] > 0:
-        warnings_.append(f"the adapter is not better than frozen on validation beyond noise: "
+        who = "the adapter" if ad.memory_ is None else "the adapter's map (before its memory)"
+        warnings_.append(f"{who} is not better than frozen on validation beyond noise: "
                          f"{v['diff']:+.4f} [{v['ci_low']:+.4f}, {v['ci_high']:+.4f}] NDCG@10 over {v['n']} queries")
     if report:
         from .generalisation import generalisation_report
 
-        gen = generalisation_report(d, tr.query_ids, {"closed-form": base.operator_,
-                                                      f"trained {ad.geometry_}": ad.operator_}, seed=seed)
+        models: dict[str, Any] = {"closed-form": base.operator_, f"trained {ad.geometry_}": ad.operator_}
+        if ad.memory_ is not None:
+            models[f"trained {ad.geometry_} + memory"] = ad
+        gen = generalisation_report(d, tr.query_ids, models, seed=seed, seen_query_ids=seen_ids)
         metrics["generalisation"] = gen.as_dict()
         ad.generalisation_ = gen
     if ad.selection_ is not None:
@@ -530,8 +612,13 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
         raise ValueError(f"{Path(adapter_dir) / str(exc)}") from None
     # one memory map of the corpus for both evaluations (each mapping of a fully read cache
     # counts its pages again in the process's resident memory)
+    mem = None if ad.memory_ is None else (ad.memory_.table_, ad.memory_.threshold_, ad.memory_.weight_)
+    if mem is not None and mem[0].n_documents and int(mem[0].documents.max()) >= int(emb.corpus.shape[0]):
+        raise ValueError(f"{adapter_dir}: the adapter's memory names corpus row {int(mem[0].documents.max())}, "
+                         f"beyond the {int(emb.corpus.shape[0]):,} documents of {ds.name}: another corpus")
     res = evaluate_frozen(ds, encoder, split=split, k=k, data_dir=data_dir, cache_dir=cache_dir,
-                          operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen, cache=emb)
+                          operator=ad.operator_, backend=backend, ties=ties, exclude_queries=seen, cache=emb,
+                          memory=mem)
     notes = []
     trained_on = (ad.metadata_ or {}).get("dataset")
     if trained_on is not None and trained_on != ds.name:
@@ -553,7 +640,8 @@ def evaluate_adapter(dataset: Any, encoder: str, adapter_dir: str | os.PathLike,
         from ..retrieval.generalisation import seen_document_split, seen_documents
 
         qrels = ds.all_qrels()
-        seen_docs = seen_documents(qrels, train_ids)
+        # a memory holds the validation queries too: their documents are seen as well
+        seen_docs = seen_documents(qrels, sorted(seen) if ad.memory_ is not None else train_ids)
         sp = seen_document_split({q: ds.qrels(split)[q] for q in res.query_ids}, seen_docs)
         metric = f"ndcg@{k}"  # always among evaluate_frozen's default metrics
         a_of = dict(zip(res.query_ids, res.per_query[metric].tolist()))

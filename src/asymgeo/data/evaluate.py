@@ -53,6 +53,7 @@ def evaluate_frozen(
     ties: str = "trec_eval",
     exclude_queries: Collection[str] | None = None,
     cache: Any = None,
+    memory: Any = None,
 ) -> EvalResult:
     """NDCG@k and friends of a frozen encoder on one split (full-corpus exact search).
 
@@ -78,6 +79,9 @@ def evaluate_frozen(
     cache : an :class:`~asymgeo.data.EmbeddingCache` already open for this dataset and
         encoder (checked against both), so that several evaluations share one memory map
         of the corpus instead of mapping (and reading) it once each.
+    memory : ``(MemoryTable, threshold, weight)`` of an adapter's document memory
+        (:mod:`asymgeo.retrieval.memory`): the ranking adds its gated boosts, exactly
+        (:func:`~asymgeo.retrieval.search.memory_search`).
 
     Returns
     -------
@@ -117,7 +121,16 @@ def evaluate_frozen(
     table = RelevanceTable(qrels, list(qrels), emb.corpus_ids)
     q_rows = emb.query_rows(table.query_ids)
     Q = np.asarray(emb.queries[q_rows], dtype=np.float32)
-    if ties == "trec_eval":
+    if memory is not None:
+        from ..retrieval.search import SearchResult, memory_search
+
+        table_m, threshold, weight = memory
+        s_m, i_m = memory_search(Q, emb.corpus, depth, memory=table_m, threshold=threshold, weight=weight,
+                                 operator=operator, backend=backend,
+                                 corpus_ids=emb.corpus_ids if ties == "trec_eval" else None)
+        res = SearchResult(s_m, i_m, backend)
+        indices = res.indices
+    elif ties == "trec_eval":
         res = search_trec_order(Q, emb.corpus, depth, emb.corpus_ids, operator=operator, backend=backend)
         indices = res.indices
     else:

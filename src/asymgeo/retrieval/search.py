@@ -59,6 +59,7 @@ import numpy as np
 
 from .._runtime import available_cpus, limit_blas_threads
 from .._validation import check_int
+from .memory import TIE_DEPTH, MemoryCandidates, MemoryTable, memory_boosts, memory_rerank
 
 __all__ = [
     "SearchResult",
@@ -68,6 +69,8 @@ __all__ = [
     "transform_index",
     "AdapterIndex",
     "available_backends",
+    "memory_candidates",
+    "memory_search",
 ]
 
 _BACKENDS = ("auto", "numpy", "torch", "faiss")
@@ -853,10 +856,14 @@ class AdapterIndex:
     doc_map : (r, p) array, optional  -- ``B`` (defaults to ``A``)
     form : ``"projection"`` or ``"augmented"`` (required)
     dtype : storage dtype of the transformed documents (float32 or float16)
+    memory : ``(MemoryTable, threshold, weight)`` of a document memory
+        (:mod:`asymgeo.retrieval.memory`), optional: :meth:`search` then adds each remembered
+        document's gated boost, exactly (the transformed documents are the same; only the
+        remembered documents are rescored).
     """
 
     def __init__(self, corpus: Any, query_map: Any, doc_map: Any = None, *, form: str | None = None,
-                 dtype: Any = np.float32):
+                 dtype: Any = np.float32, memory: Any = None):
         if form not in ("projection", "augmented"):
             raise ValueError(f"form: expected 'projection' (M = A^T B) or 'augmented' (M = I + A^T B), "
                              f"got {form!r}; the same maps score differently in the two, so the form must be given "
@@ -869,6 +876,7 @@ class AdapterIndex:
             )
         _check_finite_rows(A, "query_map")
         self.form = form
+        self.memory = memory
         self.query_map = np.asarray(A, dtype=np.float64)
         self.doc_map = np.asarray(Bm, dtype=np.float64)
         low = transform_index(corpus, Bm, dtype=dtype)
@@ -901,9 +909,21 @@ class AdapterIndex:
     def search(self, queries: Any, k: int, **kwargs: Any) -> SearchResult:
         """Exact top-k under ``x^T M y`` (``M = A^T B``, or ``I + A^T B`` when augmented).
 
-        Keyword arguments go to :func:`exact_search`.
+        Keyword arguments go to :func:`exact_search`.  With a ``memory``, remembered documents
+        get their gated boost (:func:`asymgeo.retrieval.memory.memory_rerank`).
         """
-        return exact_search(self.transform_queries(queries), self.documents, k, **kwargs)
+        Qt = self.transform_queries(queries)
+        if self.memory is None:
+            return exact_search(Qt, self.documents, k, **kwargs)
+        table, threshold, weight = self.memory
+        k = min(int(k), len(self))
+        base = exact_search(Qt, self.documents, min(len(self), k + TIE_DEPTH), **kwargs)
+        rem = Qt @ np.asarray(self.documents[table.documents], dtype=np.float32).T
+        cands = MemoryCandidates(np.asarray(base.scores, dtype=np.float32), np.asarray(base.indices, dtype=np.int64),
+                                 rem)
+        Q = _check_matrix(queries, "queries", "(n, p)")
+        s, i = memory_rerank(cands, table, memory_boosts(Q, table, threshold, weight), k)
+        return SearchResult(s, i, base.backend)
 
 
 #: extra depth :func:`search_trec_order` first searches beyond ``k`` (doubled until the tie group at the cut ends)
@@ -932,3 +952,37 @@ def search_trec_order(queries: Any, corpus: Any, k: int, corpus_ids: Sequence[st
         depth = min(n_docs, 2 * depth)
     indices = order_ties_by_id(res.scores, res.indices, corpus_ids)[:, :k]
     return SearchResult(res.scores[:, :k], np.ascontiguousarray(indices), res.backend)
+
+
+def memory_candidates(queries: Any, corpus: Any, k: int, memory: MemoryTable, *, operator: Any = None,
+                      corpus_ids: Sequence[str] | None = None, backend: str = "auto") -> MemoryCandidates:
+    """The map's top ``k`` (trec_eval's tie order with ``corpus_ids``) and its scores of the remembered documents."""
+    Q = np.asarray(queries, dtype=np.float32)
+    n_docs = int(corpus.shape[0])
+    k = min(int(k), n_docs)
+    if memory.n_documents and int(memory.documents.max()) >= n_docs:
+        raise ValueError(f"memory: corpus row {int(memory.documents.max())} is outside a corpus of {n_docs} documents")
+    depth = min(n_docs, k + TIE_DEPTH)
+    if corpus_ids is not None:
+        base = search_trec_order(Q, corpus, depth, corpus_ids, operator=operator, backend=backend)
+    else:
+        base = exact_search(Q, corpus, depth, operator=operator, backend=backend, progress=None)
+    Qm = Q if operator is None else Q @ np.asarray(operator, dtype=np.float32)
+    Yr = np.asarray(corpus[memory.documents], dtype=np.float32).reshape(memory.n_documents, Q.shape[1])
+    return MemoryCandidates(np.asarray(base.scores, dtype=np.float32), np.asarray(base.indices, dtype=np.int64),
+                            Qm @ Yr.T)
+
+
+def memory_search(queries: Any, corpus: Any, k: int, *, memory: MemoryTable, threshold: float, weight: float,
+                  operator: Any = None, corpus_ids: Sequence[str] | None = None,
+                  backend: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` under ``x^T M y + b_d(x)`` (module docstring); returns ``(scores, indices)``.
+
+    The map's own search runs once (:func:`~asymgeo.retrieval.search.search_trec_order` with
+    ``corpus_ids``, else :func:`~asymgeo.retrieval.search.exact_search`), ``TIE_DEPTH``
+    deeper than ``k``; the remembered documents are rescored exactly and merged
+    (:func:`memory_rerank`).  Ties: document id descending with ``corpus_ids`` (trec_eval's
+    order), else lower corpus row.
+    """
+    cands = memory_candidates(queries, corpus, k, memory, operator=operator, corpus_ids=corpus_ids, backend=backend)
+    return memory_rerank(cands, memory, memory_boosts(queries, memory, threshold, weight), k, corpus_ids=corpus_ids)

@@ -1,0 +1,192 @@
+"""DocumentMemory: the gate chosen on validation, the guard on protected queries, save / load, and the
+query-only family; expected values from dense brute-force scores and a hand-written NDCG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asymgeo.adapters import Adapter, load_adapter, save_adapter
+from asymgeo.adapters.memory import DocumentMemory
+from asymgeo.retrieval.metrics import RelevanceTable
+
+
+def _ndcg10(ranked: np.ndarray, relevant: set[int]) -> float:
+    dcg = sum(1.0 / np.log2(i + 2) for i, d in enumerate(ranked[:10]) if int(d) in relevant)
+    ideal = sum(1.0 / np.log2(i + 2) for i in range(min(10, len(relevant))))
+    return dcg / ideal
+
+
+def _unit(A):
+    return (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _world(seed=0, p=16, N=80, n=30):
+    """Training queries are noisy copies of their positive; validation queries are near-duplicates of
+    training queries: the first half want the same document (memory helps), the second half another
+    document (memory hurts them: they are the protected ones)."""
+    rng = np.random.default_rng(seed)
+    C = _unit(rng.normal(size=(N, p)))
+    pos = rng.choice(N, size=n, replace=False)
+    X = _unit(C[pos] + 0.9 * rng.normal(size=(n, p)))
+    V = _unit(X[:20] + 0.15 * rng.normal(size=(20, p)))
+    other = [int(d) for d in rng.choice(np.setdiff1d(np.arange(N), pos), size=10, replace=False)]
+    for i, d in enumerate(other):  # a protected query's own document, near it: frozen finds it
+        C[d] = _unit((V[10 + i] + 0.6 * rng.normal(size=p))[None])[0]
+    vrel = [{int(pos[i])} for i in range(10)] + [{other[i - 10]} for i in range(10, 20)]
+    ids = [f"v{i}" for i in range(20)]
+    table = RelevanceTable({f"v{i}": {f"d{d}": 1 for d in vrel[i]} for i in range(20)}, ids,
+                           [f"d{j}" for j in range(N)])
+    return C, X, [{int(d)} for d in pos], V, table, vrel
+
+
+def _brute_ndcg(C, V, vrel, K, rel, tau, alpha):
+    S = V.astype(np.float64) @ C.T.astype(np.float64)
+    for d in range(C.shape[0]):
+        finders = [j for j, r in enumerate(rel) if d in r]
+        if finders and alpha > 0:
+            S[:, d] += alpha * (np.maximum(V @ K[finders].T - tau, 0) / (1 - tau)).max(axis=1)
+    order = np.lexsort((np.broadcast_to(np.arange(C.shape[0]), S.shape), -S), axis=-1)
+    return np.array([_ndcg10(order[i], vrel[i]) for i in range(len(vrel))])
+
+
+def test_unguarded_memory_takes_the_best_validation_gate():
+    C, X, rel, V, table, vrel = _world()
+    mem = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table)
+    assert mem.active
+    got = _brute_ndcg(C, V, vrel, X, rel, mem.threshold_, mem.weight_).mean()
+    assert got == pytest.approx(mem.validation_ndcg_, abs=1e-9)
+    frozen = _brute_ndcg(C, V, vrel, X, rel, 0.5, 0.0).mean()
+    assert mem.map_validation_ndcg_ == pytest.approx(frozen, abs=1e-9)
+    # every grid point recomputed independently: none beats the choice
+    best = max(_brute_ndcg(C, V, vrel, X, rel, h["threshold"], h["weight"]).mean() for h in mem.history_)
+    assert mem.validation_ndcg_ == pytest.approx(best, abs=1e-9)
+    assert mem.validation_ndcg_ > frozen
+
+
+def test_the_guard_keeps_protected_queries_at_the_map():
+    C, X, rel, V, table, vrel = _world()
+    protected = np.arange(10, 20)
+    mem = DocumentMemory(min_protected=5).fit(X, rel, C, validation_queries=V, validation_relevance=table,
+                                              protected=protected)
+    per = _brute_ndcg(C, V, vrel, X, rel, mem.threshold_, mem.weight_)
+    base = _brute_ndcg(C, V, vrel, X, rel, 0.5, 0.0)
+    assert (per - base)[protected].mean() >= 0  # recomputed: the protected queries lose nothing
+    assert mem.protected_diff_ is not None and mem.protected_diff_ >= 0
+    # the unguarded choice hurts them here, so the guard changed the answer
+    free = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table)
+    per_free = _brute_ndcg(C, V, vrel, X, rel, free.threshold_, free.weight_)
+    assert (per_free - base)[protected].mean() < 0
+    infeasible = [h for h in mem.history_ if not h["feasible"]]
+    assert infeasible and all(h["protected_diff"] < 0 for h in infeasible)
+
+
+def test_too_few_protected_queries_is_said():
+    C, X, rel, V, table, vrel = _world()
+    mem = DocumentMemory().fit(X, rel, C, validation_queries=V, validation_relevance=table, protected=[10, 11])
+    assert any("only 2 validation queries" in n for n in mem.notes_)
+
+
+def test_extend_adds_keys_and_keeps_the_gate():
+    C, X, rel, V, table, vrel = _world()
+    mem = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table)
+    tau, alpha, n = mem.threshold_, mem.weight_, mem.table_.n_keys
+    mem.extend(V, vrel)
+    assert (mem.threshold_, mem.weight_, mem.table_.n_keys) == (tau, alpha, n + 20)
+    # each validation query now finds its own document first (it is its own key, similarity 1)
+    _, idx = mem.search(V, C, 1)
+    assert [int(i) for i in idx[:, 0]] == [next(iter(r)) for r in vrel]
+
+
+def test_an_adapter_with_memory_saves_loads_and_searches_the_same(tmp_path, rng):
+    C, X, rel, V, table, vrel = _world()
+    p = C.shape[1]
+    ad = Adapter.from_maps(0.1 * rng.normal(size=(2, p)), 0.1 * rng.normal(size=(2, p)), form="augmented")
+    ad.memory_ = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table,
+                                                     operator=ad.operator_)
+    assert ad.memory_.active
+    s0, i0 = ad.search(V, C, 10)
+    back = load_adapter(save_adapter(ad, tmp_path / "ad"))
+    s1, i1 = back.search(V, C, 10)
+    np.testing.assert_array_equal(i0, i1)
+    np.testing.assert_allclose(s0, s1, atol=1e-6)
+    # the index path: frozen documents, only the boost added
+    res = back.index(C).search(V, 10)
+    np.testing.assert_allclose(res.scores, s0, atol=1e-5)
+    # the map alone would rank differently (the memory is what is saved, not a no-op)
+    _, i_map = Adapter.from_maps(ad.query_map_, ad.doc_map_, form="augmented").search(V, C, 10)
+    assert not np.array_equal(i_map, i0)
+
+
+def test_a_damaged_memory_record_is_refused(tmp_path, rng):
+    import json
+
+    C, X, rel, V, table, vrel = _world()
+    ad = Adapter.from_maps(0.1 * rng.normal(size=(2, C.shape[1])), form="augmented")
+    ad.memory_ = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table)
+    out = save_adapter(ad, tmp_path / "ad")
+    cfg = json.loads((out / "adapter.json").read_text())
+    cfg["memory"]["threshold"] = 1.5
+    (out / "adapter.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"memory: threshold 1.5 outside \[-1, 1\)"):
+        load_adapter(out)
+    cfg["memory"] = None  # the tensors are still there: a memory record removed by hand
+    (out / "adapter.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="without a memory"):
+        load_adapter(out)
+
+
+def test_query_only_family_maps_queries_and_leaves_documents(problem, tmp_path):
+    ad = Adapter(geometry="query", epochs=3, learning_rates=(1e-3,), seed=0).fit(
+        problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard, relevant_rows=problem.relevant,
+        validation_queries=problem.V, validation_relevance=problem.table)
+    p = problem.X.shape[1]
+    assert ad.geometry_ == "query" and ad.query_map_.shape == (p, p)
+    np.testing.assert_array_equal(ad.doc_map_, np.eye(p))
+    np.testing.assert_array_equal(ad.transform_documents(problem.corpus[:3]), problem.corpus[:3].astype(np.float64))
+    np.testing.assert_allclose(ad.operator_, np.eye(p) + ad.query_map_.T, atol=1e-12)
+    # trained: the map moved away from the identity start and the validation score did not drop
+    assert np.abs(ad.query_map_).max() > 0
+    assert ad.validation_ndcg_ >= ad.history_[0]["validation_ndcg"]
+    S = ad.transform_queries(problem.V) @ ad.transform_documents(problem.corpus).T
+    np.testing.assert_allclose(S, problem.V.astype(np.float64) @ ad.operator_ @ problem.corpus.T.astype(np.float64),
+                               atol=1e-5)
+    res = ad.index(problem.corpus).search(problem.V, 5)
+    assert ad.index(problem.corpus).documents.shape == problem.corpus.shape  # the frozen index, as it is
+    np.testing.assert_allclose(res.scores, np.sort(S, axis=1)[:, ::-1][:, :5], atol=1e-5)
+    back = load_adapter(save_adapter(ad, tmp_path / "q"))
+    np.testing.assert_array_equal(back.operator_, ad.operator_)
+    with pytest.raises(ValueError, match="needs form='augmented'"):
+        Adapter(geometry="query", form="projection").fit(problem.X, problem.pos, problem.corpus)
+
+
+def test_fit_adapter_deploys_map_plus_memory_and_scores_it_by_hand(shared_dir):
+    """On SciFact: the deployed test NDCG@10 recomputed from the dense score matrix and the qrels."""
+    from asymgeo.adapters.workflow import fit_adapter, load_adaptation_data
+
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="shared", rank=4, n_train=200, epochs=1,
+                      learning_rates=(1e-3,), report=False, **kw)
+    ad, m = rep.adapter, rep.metrics
+    assert ad.memory_ is not None and m["memory"]["kept"]
+    # the deployed memory holds the 200 training queries and then the 162 validation queries
+    assert ad.memory_.table_.n_keys == 200 + 162
+    d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", **kw)
+    C = np.asarray(d.corpus, dtype=np.float64)
+    T = d.T.astype(np.float64)
+    S = T @ ad.operator_ @ C.T
+    t = ad.memory_.table_
+    G = np.maximum(T @ t.keys.T.astype(np.float64) - ad.memory_.threshold_, 0) / (1 - ad.memory_.threshold_)
+    boost = np.zeros_like(S)
+    for key, row in zip(t.pair_key, t.pair_document, strict=True):
+        boost[:, row] = np.maximum(boost[:, row], ad.memory_.weight_ * G[:, key])
+    S += boost
+    ids = list(d.corpus_ids)
+    row_of = {x: j for j, x in enumerate(ids)}
+    want = []
+    for i, q in enumerate(d.test.query_ids):
+        rel = {row_of[x] for x, g in d.qrels[q].items() if g > 0 and x in row_of}
+        want.append(_ndcg10(np.argsort(-S[i], kind="stable"), rel))
+    assert m["deployed"]["test_ndcg@10"] == pytest.approx(float(np.mean(want)), abs=2e-3)
+    # and it is what the memory is for: above the map alone on the test queries
+    assert m["deployed"]["test_ndcg@10"] > m["trained"]["test_ndcg@10"] + 0.05

@@ -1,0 +1,104 @@
+"""The document memory's kernels against brute force: every score formed densely, sorted by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from asymgeo.retrieval.memory import memory_boosts, memory_gate, memory_table
+from asymgeo.retrieval.search import AdapterIndex, memory_search
+
+
+def _unit(rng, n, p):
+    A = rng.normal(size=(n, p)).astype(np.float32)
+    return A / np.linalg.norm(A, axis=1, keepdims=True)
+
+
+def _dense_scores(Q, C, M, K, rel, tau, alpha):
+    """Every document's score written out: x^T M y + alpha * max_{q in K_d} max(0, x.q - tau) / (1 - tau)."""
+    S = (Q.astype(np.float64) @ (np.eye(Q.shape[1]) if M is None else M) @ C.T.astype(np.float64))
+    for d in range(C.shape[0]):
+        finders = [j for j, r in enumerate(rel) if d in r]
+        if finders:
+            g = np.maximum(Q.astype(np.float64) @ K[finders].T.astype(np.float64) - tau, 0.0) / (1 - tau)
+            S[:, d] += alpha * g.max(axis=1)
+    return S
+
+
+def test_boost_by_hand():
+    # two keys on the axes; document 3 found by both, document 5 by the second only
+    K = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    mem = memory_table(K, [{3}, {3, 5}], n_docs=8)
+    x = np.array([[0.8, 0.6]], dtype=np.float32)  # x.k1 = 0.8, x.k2 = 0.6
+    b = memory_boosts(x, mem, 0.5, 2.0)
+    assert mem.documents.tolist() == [3, 5]
+    # doc 3: 2 * max(0.3, 0.1) / 0.5 = 1.2; doc 5: 2 * 0.1 / 0.5 = 0.4
+    np.testing.assert_allclose(b, [[1.2, 0.4]], rtol=1e-6)
+    # below the gate nothing is remembered
+    assert memory_boosts(np.array([[0.4, 0.3]], dtype=np.float32), mem, 0.5, 2.0).tolist() == [[0.0, 0.0]]
+    np.testing.assert_allclose(memory_gate(np.array([0.5, 0.75, 1.0]), 0.5), [0.0, 0.5, 1.0])
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), tau=st.floats(-0.5, 0.9), alpha=st.floats(0.0, 3.0),
+       with_operator=st.booleans())
+def test_memory_search_is_the_brute_force_top_k(seed, tau, alpha, with_operator):
+    rng = np.random.default_rng(seed)
+    p, N, n_keys, m, k = 6, 40, 7, 9, 5
+    C, K, Q = _unit(rng, N, p), _unit(rng, n_keys, p), _unit(rng, m, p)
+    rel = [set(rng.choice(N, size=int(rng.integers(0, 3)), replace=False).tolist()) for _ in range(n_keys)]
+    M = (np.eye(p) + 0.3 * rng.normal(size=(p, p))) if with_operator else None
+    mem = memory_table(K, rel, n_docs=N)
+    s, i = memory_search(Q, C, k, memory=mem, threshold=tau, weight=alpha, operator=M)
+    S = _dense_scores(Q, C, M, K, rel, tau, alpha)
+    want = np.lexsort((np.broadcast_to(np.arange(N), S.shape), -S), axis=-1)[:, :k]
+    # scores agree to float32 rounding; the documents agree wherever no two scores are that close
+    np.testing.assert_allclose(s, np.take_along_axis(S, want, 1), atol=1e-5)
+    got = np.take_along_axis(S, i, 1)
+    np.testing.assert_allclose(got, np.take_along_axis(S, want, 1), atol=1e-5)
+
+
+def test_memory_search_ties_follow_trec_eval_order():
+    # every document scores 0 under the map; documents 1 and 4 get the same boost: trec_eval keeps
+    # the larger id first ("d4" > "d1"), then the zero-score tie group by id descending
+    C = np.zeros((6, 2), dtype=np.float32)
+    C[:, 0] = 0.0
+    K = np.array([[1.0, 0.0]], dtype=np.float32)
+    mem = memory_table(K, [{1, 4}], n_docs=6)
+    Q = np.array([[1.0, 0.0]], dtype=np.float32)
+    ids = ["d0", "d1", "d2", "d3", "d4", "d5"]
+    _, idx = memory_search(Q, C, 4, memory=mem, threshold=0.0, weight=1.0, corpus_ids=ids)
+    assert [ids[j] for j in idx[0]] == ["d4", "d1", "d5", "d3"]
+    _, idx = memory_search(Q, C, 4, memory=mem, threshold=0.0, weight=1.0)
+    assert idx[0].tolist() == [1, 4, 0, 2]  # without ids: lower row first
+
+
+@pytest.mark.parametrize("form", ["augmented", "projection"])
+def test_adapter_index_with_memory_is_the_same_search(form, rng):
+    p, r, N = 6, 2, 30
+    C, K, Q = _unit(rng, N, p), _unit(rng, 4, p), _unit(rng, 8, p)
+    A, B = rng.normal(size=(r, p)), rng.normal(size=(r, p))
+    M = A.T @ B + (np.eye(p) if form == "augmented" else 0)
+    mem = memory_table(K, [{0, 3}, {7}, set(), {29}], n_docs=N)
+    idx = AdapterIndex(C, A, B, form=form, memory=(mem, 0.1, 0.7))
+    res = idx.search(Q, 5)
+    S = _dense_scores(Q, C, M, K, [{0, 3}, {7}, set(), {29}], 0.1, 0.7)
+    np.testing.assert_allclose(res.scores, np.sort(S, axis=1)[:, ::-1][:, :5], atol=1e-5)
+
+
+def test_memory_table_errors_name_the_input():
+    K = np.ones((2, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"relevant_rows: 1 row sets for 2 keys"):
+        memory_table(K, [{1}])
+    with pytest.raises(ValueError, match=r"relevant_rows\[1\]: corpus row 9 is outside 0..4"):
+        memory_table(K, [{1}, {9}], n_docs=5)
+    bad = K.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="keys: row 1 is not finite"):
+        memory_table(bad, [{1}, {2}])
+    with pytest.raises(ValueError, match=r"threshold: expected a value in \[-1, 1\)"):
+        memory_gate(np.zeros(2), 1.0)
+    with pytest.raises(ValueError, match=r"queries: expected shape \(m, 3\)"):
+        memory_boosts(np.zeros((2, 4)), memory_table(K, [{1}, {2}]), 0.0, 1.0)
