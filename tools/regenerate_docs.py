@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (experiment, results page builder) in run order; the RQ3 variants' configs live in experiments/.
 SWEEPS = ("rq1", "table2", "rq2", "rq4", "table1", "selectors", "heldout_noise", "partial_sharing", "partial_sharing_retrieval",
           "rq1_selectors", "rq3_rotation", "rq3_grid", "rq3_grid_closed_form",
-          "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population")
+          "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population", "peers")
 
 
 def _timed(label: str, fn: Callable[[], object], log: list[tuple[str, float]]) -> None:

@@ -850,6 +850,11 @@ def _run_export(args) -> int:
         raise ValueError(f"{args.adapter}: the adapter does not record its encoder; pass --base")
     out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite)
     print(f"wrote {out}: SentenceTransformer({str(out)!r}).encode_query / encode_document")
+    from .adapters.export import memory_note
+
+    note = memory_note(ad)
+    if note:
+        print(f"note: {note}")
     return 0
 
 

@@ -170,3 +170,25 @@ def test_export_without_sentence_transformers_says_which_extra(tmp_path, monkeyp
     with pytest.raises(ImportError, match=r"exporting to sentence-transformers needs it: pip install asymgeo\[encode\]"):
         export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "m")
     assert not (tmp_path / "m").exists()
+
+
+def test_a_query_only_adapter_with_memory_exports_its_map_and_says_the_memory_stays(tmp_path, base_embeddings):
+    from sentence_transformers import SentenceTransformer
+
+    from asymgeo.adapters.export import memory_note
+    from asymgeo.adapters.memory import DocumentMemory
+    from asymgeo.retrieval.memory import memory_table
+
+    rng = np.random.default_rng(3)
+    ad = Adapter.from_maps(rng.normal(0, 0.05, size=(384, 384)), np.eye(384), form="augmented", geometry="query")
+    X, Y = base_embeddings
+    ad.memory_ = DocumentMemory.from_table(memory_table(X[:2], [{0}, {1, 2}]), 0.3, 0.5)
+    out = export_sentence_transformers(ad, "all-MiniLM-L6-v2", tmp_path / "model")
+    model = SentenceTransformer(str(out), device="cpu")
+    q, d = model.encode_query(QUERIES), model.encode_document(DOCS)
+    np.testing.assert_allclose(q @ d.T, X.astype(np.float64) @ ad.operator_ @ Y.T.astype(np.float64), atol=1e-4)
+    np.testing.assert_allclose(d, Y, atol=1e-5)  # documents untouched: the frozen index serves
+    card = (out / "README.md").read_text()
+    assert "## The document memory is not in this model" in card and memory_note(ad) in card
+    assert "gated boosts of 3 remembered documents" in memory_note(ad)
+    assert memory_note(Adapter.from_maps(rng.normal(size=(2, 384)), form="augmented")) is None

@@ -125,6 +125,16 @@ def model_card(adapter: Adapter, base_name: str, base_path: str) -> str:
         lines.append(f"- Test NDCG@10: frozen {metrics['frozen']['test_ndcg@10']:.4f}, this adapter "
                      f"{metrics['trained']['test_ndcg@10']:.4f}.")
     lines.append(f"- Made by asymgeo {meta.get('asymgeo_version', '')}.")
+    note = memory_note(adapter)
+    if note:
+        mem = meta.get("memory") or {}
+        lines += ["", "## The document memory is not in this model", "", note, "",
+                  f"What it holds: {mem.get('n_keys', '?')} keys (frozen embeddings of the labelled training and "
+                  f"validation queries) and the {mem.get('n_documents', '?')} corpus documents they found "
+                  f"({mem.get('n_pairs', '?')} pairs); gate {mem.get('threshold', float('nan')):.3f}, weight "
+                  f"{mem.get('weight', float('nan')):.3g}. The test NDCG@10 above with the memory is "
+                  f"{(metrics.get('deployed') or {}).get('test_ndcg@10', float('nan')):.4f}; this model alone "
+                  "scores the map's figure."]
     gen = metrics.get("generalisation")
     table = None
     if gen:
@@ -234,3 +244,15 @@ def export_sentence_transformers(
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     logger.info("exported %s adapter (%s) on %s to %s", adapter.geometry_, adapter.form, spec.name, dest)
     return dest
+
+
+def memory_note(adapter: Adapter) -> str | None:
+    """One line on why an export cannot carry the adapter's document memory (None without one)."""
+    mem = getattr(adapter, "memory_", None)
+    if mem is None:
+        return None
+    n = mem.table_.n_documents
+    return (f"the document memory (gated boosts of {n:,} remembered documents) is not exported: its boost depends "
+            "on the query and the document together, which no per-text embedding can express; the model carries "
+            "the map only, and the adapter folder searches with both (Adapter.index(corpus) or asymgeo evaluate "
+            "--adapter), on the frozen document index")

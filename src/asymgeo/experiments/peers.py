@@ -1,0 +1,303 @@
+"""The tools a user would pick instead, on the same split: asymgeo's default against its peers (issue #36).
+
+One sweep cell = (dataset, encoder, method, seed_index) on the adaptation split of
+:func:`asymgeo.adapters.workflow.load_adaptation_data`; every method is scored by exact
+full-corpus search on the same test queries, and the cell keeps each query's NDCG@10 so the
+summary pairs any two methods query by query.  Methods:
+
+* ``default``: ``asymgeo fit --geometry auto`` as shipped: the family chosen on
+  document-disjoint validation, plus the gated document memory (:mod:`asymgeo.adapters.memory`);
+* ``map_only``: the same without the memory (``--memory none``, the 0.2 default);
+* ``paper``: the paper's protocol, dual, every validation query selects (``--selection all``);
+* ``query_only``: the LlamaIndex / ERA linear adapter (``--geometry query``: a p x p map on
+  queries from the identity, documents untouched), every validation query selects;
+* ``prior``: frozen + ``beta`` for the training positives, ``beta`` on validation;
+* ``prior_all``: the same ``beta``, then the validation positives boosted too (what the
+  memory's keys hold, so the two remember the same labels).
+
+The full fine-tune of the encoder (:mod:`asymgeo.adapters.finetune`) is costly (minutes of
+training and a re-encoding of the corpus), so its result is read from
+``docs/results/peers/finetune_<dataset>_<encoder>.json`` when that file exists.
+
+"Seen" documents are the positives of the training *and* validation queries (what the
+deployed memory holds); the page also gives the unseen-document subset by training queries
+alone.  ``asymgeo reproduce peers [--quick]``; page:
+``python -m asymgeo.experiments.peers results/peers docs/peers.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["METHODS", "LABELS", "cell", "summarise", "format_summary", "plot_frontier"]
+
+METHODS = ("default", "map_only", "paper", "query_only", "prior", "prior_all")
+LABELS = {"default": "asymgeo default (map + memory)", "map_only": "asymgeo map only (0.2 default)",
+          "paper": "paper protocol (dual, all validation)", "query_only": "query-only linear adapter",
+          "prior": "document prior (train positives)", "prior_all": "document prior (train + validation positives)",
+          "finetune": "full fine-tune (MNRL)", "frozen": "frozen"}
+#: methods that train and so take a seed
+TRAINED = ("default", "map_only", "paper", "query_only")
+
+
+@functools.lru_cache(maxsize=2)
+def _load(dataset: str, encoder: str, data_dir: str, cache_dir: str) -> Any:
+    from ..adapters.workflow import load_adaptation_data
+
+    return load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir)
+
+
+def _fmt_values(v: np.ndarray) -> str:
+    return ",".join(f"{x:.6f}" for x in np.asarray(v, dtype=np.float64))
+
+
+def _parse_values(s: str) -> np.ndarray:
+    return np.array([float(x) for x in str(s).split(",")], dtype=np.float64) if s else np.zeros(0)
+
+
+def _prior_ndcg(d: Any, seen_query_ids: list[str], beta_from: list[str]) -> tuple[np.ndarray, float]:
+    """Per-test-query NDCG@10 of frozen + beta * 1[seen]: beta chosen on validation with the
+    positives of ``beta_from``, then the positives of ``seen_query_ids`` boosted."""
+    from ..retrieval.generalisation import PRIOR_WEIGHTS, choose_prior_weight, seen_documents
+    from ..retrieval.metrics import evaluate_indices
+
+    C = np.asarray(d.corpus, dtype=np.float32)
+    row_of = {c: i for i, c in enumerate(d.corpus_ids)}
+
+    def ranked(Q: np.ndarray, seen: set[str], beta: float) -> np.ndarray:
+        bonus = np.zeros(C.shape[0], dtype=np.float32)
+        bonus[[row_of[x] for x in seen if x in row_of]] = beta
+        S = Q @ C.T + bonus
+        return np.argsort(-S, axis=1, kind="stable")[:, :10]
+
+    fit_seen = seen_documents(d.qrels, beta_from)
+    val = {b: float(evaluate_indices(ranked(d.V, fit_seen, b), d.validation, ["ndcg@10"]).per_query["ndcg@10"].mean())
+           for b in PRIOR_WEIGHTS}
+    beta = choose_prior_weight(val)
+    seen = seen_documents(d.qrels, seen_query_ids)
+    return evaluate_indices(ranked(d.T, seen, beta), d.test, ["ndcg@10"]).per_query["ndcg@10"], beta
+
+
+def cell(config: dict[str, Any]) -> dict[str, Any]:
+    """One cell.  Config keys: ``dataset, encoder, method, seed_index, rank, epochs, learning_rates,
+    data_dir, cache_dir``."""
+    import torch
+
+    from ..adapters.workflow import _adapter_ndcg, _per_query_ndcg, fit_adapter
+    from ..retrieval.generalisation import seen_document_split, seen_documents
+
+    torch.set_num_threads(1)
+    method, seed = str(config["method"]), int(config["seed_index"])
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    d = _load(config["dataset"], config["encoder"], str(config["data_dir"]), str(config["cache_dir"]))
+    cids = d.corpus_ids or None
+    train_ids, val_ids = list(d.triples.query_ids), list(d.validation.query_ids)
+    frozen = _per_query_ndcg(d.T, d.test, d.corpus, None, cids)
+    lrs = tuple(float(v) for v in str(config.get("learning_rates", "3e-4,1e-3,3e-3")).split(","))
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if method in TRAINED:
+        geometry, selection, memory = {"default": ("auto", "document_disjoint", "auto"),
+                                       "map_only": ("auto", "document_disjoint", "none"),
+                                       "paper": ("dual", "all", "none"),
+                                       "query_only": ("query", "all", "none")}[method]
+        rep = fit_adapter(config["dataset"], config["encoder"], geometry=geometry, rank=int(config["rank"]),
+                          seed=seed, learning_rates=lrs, epochs=int(config["epochs"]), selection=selection,
+                          memory=memory, report=False, data_dir=config["data_dir"], cache_dir=config["cache_dir"])
+        values = _adapter_ndcg(d.T, d.test, d.corpus, rep.adapter, cids)
+        extra = {"geometry": rep.adapter.geometry_, "memory_kept": bool(rep.adapter.memory_ is not None)}
+        if rep.adapter.memory_ is not None:
+            extra.update(memory_threshold=rep.adapter.memory_.threshold_, memory_weight=rep.adapter.memory_.weight_,
+                         map_values=_fmt_values(_per_query_ndcg(d.T, d.test, d.corpus, rep.adapter.operator_, cids)))
+    elif method == "prior":
+        values, beta = _prior_ndcg(d, train_ids, train_ids)
+        extra = {"beta": beta}
+    else:
+        values, beta = _prior_ndcg(d, train_ids + val_ids, train_ids)
+        extra = {"beta": beta}
+    seconds = time.perf_counter() - t0
+    test_qrels = {q: d.qrels[q] for q in d.test.query_ids}
+    by_all = seen_document_split(test_qrels, seen_documents(d.qrels, train_ids + val_ids))
+    by_train = seen_document_split(test_qrels, seen_documents(d.qrels, train_ids))
+    pos = {q: i for i, q in enumerate(d.test.query_ids)}
+    return {"values": _fmt_values(values), "frozen_values": _fmt_values(frozen),
+            "seen": ",".join(str(pos[q]) for q in by_all.seen), "unseen": ",".join(str(pos[q]) for q in by_all.unseen),
+            "unseen_train_only": ",".join(str(pos[q]) for q in by_train.unseen),
+            "test_ndcg": float(np.mean(values)), "test_frozen": float(np.mean(frozen)), "seconds": seconds,
+            "n_test": len(values), **extra}
+
+
+def _rows(s: str) -> np.ndarray:
+    return np.array([int(x) for x in str(s).split(",") if x != ""], dtype=np.int64)
+
+
+def _paired(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, float]:
+    from ..retrieval.compare import paired_comparison
+
+    if a.size == 0:
+        return {"n": 0}
+    c = paired_comparison(a, b, n_boot=2000, seed=seed)
+    return {"n": int(a.size), "mean": float(a.mean()), "diff": c.mean_diff, "ci_low": c.ci_low, "ci_high": c.ci_high}
+
+
+def _finetune(dataset: str, encoder: str, folder: Path, n_test: int) -> dict[str, Any] | None:
+    path = folder / f"finetune_{dataset}_{encoder}.json"
+    if not path.is_file():
+        return None
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    vals = rec.get("test_per_query") or rec.get("test_ndcg_per_query")
+    if isinstance(vals, dict):
+        vals = list(vals.values())
+    if vals is None or len(vals) != n_test:
+        return None
+    return {"values": np.asarray(vals, dtype=np.float64), "record": rec, "path": str(path)}
+
+
+def summarise(table: Any, finetune_dir: str | Path = "docs/results/peers") -> dict[str, Any]:
+    """Per dataset x encoder: each method's NDCG@10 on all / seen-doc / unseen-doc test queries against
+    frozen (per-query means over seeds, paired 95% bootstrap intervals), the default against the best
+    peer on all queries, and the seeds' spread."""
+    groups = []
+    for (ds, enc), part in table.groupby(["dataset", "encoder"], sort=True):
+        first = part.iloc[0]
+        frozen = _parse_values(first["frozen_values"])
+        subsets = {"all": np.arange(frozen.size), "seen": _rows(first["seen"]), "unseen": _rows(first["unseen"]),
+                   "unseen_train_only": _rows(first["unseen_train_only"])}
+        per: dict[str, np.ndarray] = {}
+        spread: dict[str, list[float]] = {}
+        seconds: dict[str, float] = {}
+        for method, rows in part.groupby("method", sort=False):
+            vals = np.vstack([_parse_values(v) for v in rows["values"]])
+            per[str(method)] = vals.mean(axis=0)
+            spread[str(method)] = [float(v.mean() - frozen.mean()) for v in vals]
+            seconds[str(method)] = float(rows["seconds"].mean())
+        ft = _finetune(str(ds), str(enc), Path(finetune_dir), frozen.size)
+        if ft is not None:
+            per["finetune"] = ft["values"]
+            spread["finetune"] = [float(ft["values"].mean() - frozen.mean())]
+        methods: dict[str, Any] = {}
+        for m, v in per.items():
+            methods[m] = {s: _paired(v[idx], frozen[idx]) for s, idx in subsets.items()}
+            methods[m]["seeds"] = spread[m]
+            methods[m]["seconds"] = seconds.get(m)
+        peers = [m for m in per if m not in ("default", "map_only")]
+        out: dict[str, Any] = {"dataset": ds, "encoder": enc, "frozen": float(frozen.mean()),
+                               "n": {s: int(idx.size) for s, idx in subsets.items()}, "methods": methods}
+        if "default" in per and peers:
+            best = max(peers, key=lambda m: per[m].mean())
+            out["best_peer"] = best
+            out["default_vs_best"] = _paired(per["default"], per[best])
+        if ft is not None:
+            rec = ft["record"]
+            out["finetune_cost"] = {k: rec.get(k) for k in ("train_seconds", "encode_seconds", "docs_per_second",
+                                                            "projected_msmarco", "projection") if k in rec}
+        groups.append(out)
+    return {"groups": groups, "cells": len(table)}
+
+
+def _cell_text(c: dict[str, float]) -> str:
+    if not c.get("n"):
+        return "-"
+    return f"{c['mean']:.4f} {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
+
+
+def format_summary(s: dict[str, Any], command: str) -> str:
+    """The page: one table per dataset x encoder, the default against the best peer, the cost columns."""
+    from ._markdown import md_table
+
+    lines = ["# asymgeo against the tools users pick instead", "",
+             f"_Made by `{command}`; {s['cells']} cells. Every method on the same adaptation split and the same "
+             "frozen embeddings; test NDCG@10 by exact full-corpus search; each cell `NDCG gain-over-frozen [paired "
+             "95% bootstrap interval]`, per-query means over the training seeds._", "",
+             "*seen-doc*: a relevant document is a positive of a training or validation query (what the default's "
+             "document memory holds); *unseen-doc*: none is; *unseen (train only)*: the same split by training "
+             "queries alone, the 0.2 definition. The frontier figure plots all-query gain against unseen-doc gain, "
+             "one point per method.", ""]
+    for g in s["groups"]:
+        n = g["n"]
+        lines += [f"## {g['dataset']} / {g['encoder']} (frozen {g['frozen']:.4f})", ""]
+        rows = []
+        for m, c in g["methods"].items():
+            seeds = c["seeds"]
+            spread = f"{min(seeds):+.3f} to {max(seeds):+.3f}" if len(seeds) > 1 else f"{seeds[0]:+.3f}"
+            secs = "-" if c.get("seconds") is None else f"{c['seconds']:.0f}"
+            rows.append([LABELS.get(m, m), _cell_text(c["all"]), _cell_text(c["seen"]), _cell_text(c["unseen"]),
+                         _cell_text(c["unseen_train_only"]), f"{len(seeds)}: {spread}", secs])
+        lines.append(md_table(["method", f"all ({n['all']})", f"seen-doc ({n['seen']})",
+                               f"unseen-doc ({n['unseen']})", f"unseen, train only ({n['unseen_train_only']})",
+                               "seeds: all-query gain", "seconds"], rows))
+        if "default_vs_best" in g:
+            b = g["default_vs_best"]
+            lines += ["", f"Default minus the best peer on all queries ({LABELS.get(g['best_peer'], g['best_peer'])}): "
+                          f"{b['diff']:+.4f} [{b['ci_low']:+.4f}, {b['ci_high']:+.4f}] NDCG@10 over {b['n']} queries."]
+        if "finetune_cost" in g:
+            c = g["finetune_cost"]
+            lines += ["", "Full fine-tune cost: " + ", ".join(f"{k} {v}" for k, v in c.items()) + "."]
+        lines.append("")
+    lines += ["![frontier](figures/peers_frontier.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_frontier(s: dict[str, Any], out: str | Path) -> Path:
+    """All-query gain (x) against unseen-doc gain (y), one point per method, one panel per dataset x encoder."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .._atomic import atomic_write_bytes
+
+    groups = s["groups"]
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)
+    for ax, g in zip(axes[0], groups, strict=True):
+        for m, c in g["methods"].items():
+            u = c["unseen"] if c["unseen"].get("n") else c["all"]
+            ax.errorbar(c["all"]["diff"], u["diff"], xerr=[[c["all"]["diff"] - c["all"]["ci_low"]],
+                                                          [c["all"]["ci_high"] - c["all"]["diff"]]],
+                        yerr=[[u["diff"] - u["ci_low"]], [u["ci_high"] - u["diff"]]], fmt="o", capsize=2,
+                        label=LABELS.get(m, m), color="C3" if m == "default" else None)
+        ax.axhline(0, color="grey", lw=0.8, ls="--")
+        ax.axvline(0, color="grey", lw=0.8, ls="--")
+        ax.set_title(f"{g['dataset']} / {g['encoder']}", fontsize=9)
+        ax.set_xlabel("gain over frozen, all queries")
+        ax.set_ylabel("gain over frozen, unseen-doc" if g["n"]["unseen"] else "gain (no unseen-doc queries)")
+    axes[0][0].legend(fontsize=6, loc="lower left")
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(out, buf.getvalue())
+    return Path(out)
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapper
+    from .._atomic import atomic_write_text
+    from .runner import read_results
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m asymgeo.experiments.peers RESULTS_DIR OUT.md", file=sys.stderr)
+        return 2
+    results, out = Path(argv[0]), Path(argv[1])
+    if not (results / "cells").is_dir():
+        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
+        return 2
+    s = summarise(read_results(results.parent, results.name), Path(out).parent / "results" / "peers")
+    atomic_write_text(out, format_summary(s, f"python -m asymgeo.experiments.peers {argv[0]} {argv[1]}"))
+    plot_frontier(s, Path(out).parent / "figures" / "peers_frontier.png")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
