@@ -57,17 +57,32 @@ def _num(x: float | None) -> float:
     return float("nan") if x is None else float(x)
 
 
+def training_pool(ds: Any, seed: Any = None) -> list[str]:
+    """The adaptation split's training queries that have a positive (grade >= 1): the queries
+    :func:`fit_adapter` can train on, in split order (``n_train`` subsets are drawn from them)."""
+    from ..data import DEFAULT_SPLIT_SEED, adaptation_split
+
+    labels = ds.all_qrels()
+    return [q for q in adaptation_split(ds, DEFAULT_SPLIT_SEED if seed is None else int(seed))["train"]
+            if any(g >= 1 for g in labels.get(q, {}).values())]
+
+
 def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathLike | None = None,
-                         cache_dir: str | os.PathLike | None = None, k: int = 8) -> AdaptationData:
+                         cache_dir: str | os.PathLike | None = None, k: int = 8,
+                         train_ids: Sequence[str] | None = None) -> AdaptationData:
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
-    the embedding cache of ``encoder``."""
+    the embedding cache of ``encoder``.
+
+    ``train_ids``: only these training queries (e.g. an ``n_train`` subset), so that hard
+    negatives are mined for them alone, not for every training query (issue #40).
+    """
     from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
     from ..data.splits import split_overlap
     from ..retrieval.metrics import RelevanceTable
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
-    tr = load_triples(ds, encoder, "train", cache=emb, k=k, require=True)
+    tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb, k=k, require=True)
     split = adaptation_split(ds)
     qrels = ds.all_qrels()
     corpus = emb.corpus  # memory-mapped float16, read block by block (issue #21: bounded memory)
@@ -388,18 +403,21 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     from ..data.splits import split_overlap
     from .baseline import closed_form_adapter
 
-    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir)
-    tr = d.triples
-    relevant = d.relevant
-    if n_train is not None:
+    subset = None
+    if n_train is not None:  # drawn before loading, so only the queries trained on are mined
         if isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer)) or n_train < 1:
             raise ValueError(f"n_train: expected a positive integer, got {n_train!r}")
-        if n_train > len(tr):
-            raise ValueError(f"n_train: {n_train} exceeds the {len(tr)} training queries of {d.dataset}")
-        ids = nested_subsets(tr.query_ids, sizes=[int(n_train)], seed=int(seed))[int(n_train)]
-        where = {q: i for i, q in enumerate(tr.query_ids)}
-        relevant = [relevant[where[q]] for q in ids]
-        tr = tr.subset(ids)
+        from ..data import load_beir
+
+        ds = load_beir(dataset, data_dir=data_dir)
+        pool = training_pool(ds)
+        if n_train > len(pool):
+            raise ValueError(f"n_train: {n_train} exceeds the {len(pool)} training queries of {ds.name}")
+        subset = nested_subsets(pool, sizes=[int(n_train)], seed=int(seed))[int(n_train)]
+        dataset = ds
+    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset)
+    tr = d.triples
+    relevant = d.relevant
     warnings_: list[str] = []
     overlap = split_overlap(d.queries, {"train": tr.query_ids, "validation": d.validation.query_ids,
                                         "test": d.test.query_ids})
@@ -551,7 +569,7 @@ def adapter_training_queries(adapter: Adapter, dataset: Any, *,
     way and returned only when the digest agrees, else ``None`` (another dataset, an adapter
     not written by ``asymgeo fit``, or different data).
     """
-    from ..data import DEFAULT_SPLIT_SEED, adaptation_split, load_beir, nested_subsets
+    from ..data import DEFAULT_SPLIT_SEED, load_beir, nested_subsets
     from .generalisation import ids_digest
 
     ds = load_beir(dataset, data_dir=data_dir)
@@ -559,9 +577,7 @@ def adapter_training_queries(adapter: Adapter, dataset: Any, *,
     split = _split_record(adapter)
     if meta.get("dataset") != ds.name or "train_ids_sha256" not in split:
         return None
-    labels = ds.all_qrels()
-    ids = [q for q in adaptation_split(ds, int(split.get("seed", DEFAULT_SPLIT_SEED)))["train"]
-           if any(g >= 1 for g in labels.get(q, {}).values())]
+    ids = training_pool(ds, split.get("seed", DEFAULT_SPLIT_SEED))
     n = split.get("n_train_requested")
     if n is not None:
         ids = nested_subsets(ids, sizes=[int(n)], seed=int(split.get("subset_seed", 0)))[int(n)]

@@ -1,0 +1,40 @@
+"""``fit --n-train N`` mines hard negatives for the N queries it trains on, not for every training query."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import asymgeo.data.triples as triples_mod
+from asymgeo.adapters.workflow import adapter_training_queries, fit_adapter
+from asymgeo.data import load_triples
+
+
+def test_n_train_mines_only_the_subset_and_the_subset_is_unchanged(shared_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))  # no mined file to reuse
+    mined: list[int] = []
+    real = triples_mod.mine_hard_negatives
+
+    def counting(queries, *a, **k):
+        mined.append(int(np.asarray(queries).shape[0]))
+        return real(queries, *a, **k)
+
+    monkeypatch.setattr(triples_mod, "mine_hard_negatives", counting)
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="shared", rank=4, n_train=40, epochs=1,
+                      learning_rates=(1e-3,), report=False, memory="none", **kw)
+    assert mined == [40]  # SciFact has 647 training queries; only the 40 trained on were searched
+    assert rep.n_train == 40 and len(rep.adapter_train_ids) == 40
+    # the same queries, and the same negatives, as the subset of the full mining (negatives are per query)
+    full = load_triples("scifact", "all-MiniLM-L6-v2", "train", triples_cache=False, **kw)
+    sub = full.subset(rep.adapter_train_ids)
+    mined.clear()
+    again = load_triples("scifact", "all-MiniLM-L6-v2", rep.adapter_train_ids, **kw)
+    assert mined == []  # the subset's file was cached by the fit
+    np.testing.assert_array_equal(again.hard_negative_rows, sub.hard_negative_rows)
+    np.testing.assert_array_equal(again.pos_rows, sub.pos_rows)
+    # and the adapter's record still rebuilds its training queries
+    from asymgeo.adapters import load_adapter, save_adapter
+
+    out = save_adapter(rep.adapter, tmp_path / "ad", dataset="scifact", extra={"split": rep.split})
+    assert adapter_training_queries(load_adapter(out), "scifact", data_dir=shared_dir / "data") == \
+        rep.adapter_train_ids
