@@ -38,3 +38,19 @@ def test_n_train_mines_only_the_subset_and_the_subset_is_unchanged(shared_dir, t
     out = save_adapter(rep.adapter, tmp_path / "ad", dataset="scifact", extra={"split": rep.split})
     assert adapter_training_queries(load_adapter(out), "scifact", data_dir=shared_dir / "data") == \
         rep.adapter_train_ids
+
+
+def test_fit_mining_ivf_reports_its_recall(shared_dir, tmp_path, monkeypatch, capsys):
+    from asymgeo.cli import main
+
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))
+    rc = main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "shared", "--rank", "4",
+               "--n-train", "60", "--epochs", "1", "--learning-rates", "1e-3", "--memory", "none", "--mining", "ivf",
+               "--out", str(tmp_path / "ad"), "--data-dir", str(shared_dir / "data"),
+               "--cache-dir", str(shared_dir / "embeddings"), "--no-progress", "--json"])
+    assert rc == 0
+    import json
+
+    m = json.loads(capsys.readouterr().out)["mining"]
+    assert m["index"] == "ivf" and m["n_queries"] == 60 and m["k"] == 8
+    assert 0.0 < m["recall"] <= 1.0

@@ -69,12 +69,14 @@ def training_pool(ds: Any, seed: Any = None) -> list[str]:
 
 def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathLike | None = None,
                          cache_dir: str | os.PathLike | None = None, k: int = 8,
-                         train_ids: Sequence[str] | None = None) -> AdaptationData:
+                         train_ids: Sequence[str] | None = None, mining: str = "exact") -> AdaptationData:
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``.
 
     ``train_ids``: only these training queries (e.g. an ``n_train`` subset), so that hard
-    negatives are mined for them alone, not for every training query (issue #40).
+    negatives are mined for them alone, not for every training query (issue #40); ``mining``:
+    ``"exact"`` (default) or an approximate FAISS index, ``"ivf"`` / ``"hnsw"``
+    (:func:`asymgeo.data.load_triples`).
     """
     from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
     from ..data.splits import split_overlap
@@ -82,7 +84,8 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
-    tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb, k=k, require=True)
+    tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb, k=k, require=True,
+                      mining=mining)
     split = adaptation_split(ds)
     qrels = ds.all_qrels()
     corpus = emb.corpus  # memory-mapped float16, read block by block (issue #21: bounded memory)
@@ -197,6 +200,9 @@ def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.
 
 #: The rule that decides ``fit_adapter(geometry="auto")``'s family unless ``selector`` names another.
 DEFAULT_AUTO_SELECTOR = "validation"
+
+#: training queries on which approximate mining's recall is measured against exact mining
+MINING_RECALL_SAMPLE = 200
 
 #: ``memory`` choices of :func:`fit_adapter`.
 MEMORY_CHOICES = ("auto", "none")
@@ -342,6 +348,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     anchor: float = 0.0,
     selector: str = DEFAULT_AUTO_SELECTOR,
     memory: str = "auto",
+    mining: str = "exact",
     report: bool = True,
     allow_test_overlap: bool = False,
     data_dir: str | os.PathLike | None = None,
@@ -366,6 +373,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     :func:`asymgeo.retrieval.ranking_selector.ranking_choice`, then train only that family);
     ``"cars"``, ``"cv"`` or ``"anisotropic"`` (from the training triples alone: eq. 7, the
     cross-validated operator risk, SURE with anisotropic pricing; then train that family).
+    ``mining``: how the training queries' hard negatives are found: ``"exact"`` (default) or
+    ``"ivf"`` / ``"hnsw"`` (FAISS; its recall@8 against exact mining on a seeded sample of
+    :data:`MINING_RECALL_SAMPLE` training queries is recorded in ``metrics["mining"]``).
     ``memory``: ``"auto"`` (default) adds a gated document memory on top of the chosen map
     (:class:`~asymgeo.adapters.memory.DocumentMemory`: training positives raised for new
     queries close to the training queries that found them; gate and weight chosen on all
@@ -415,9 +425,17 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
             raise ValueError(f"n_train: {n_train} exceeds the {len(pool)} training queries of {ds.name}")
         subset = nested_subsets(pool, sizes=[int(n_train)], seed=int(seed))[int(n_train)]
         dataset = ds
-    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset)
+    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining)
     tr = d.triples
     relevant = d.relevant
+    mining_record: dict[str, Any] = {"index": mining}
+    if mining != "exact":  # what the approximation costs, measured on a seeded sample of the training queries
+        from ..data.triples import mining_recall
+
+        excl = [set(r) for r in relevant]
+        rec = mining_recall(tr.X, d.corpus, excl, 8, index=mining, sample=min(MINING_RECALL_SAMPLE, len(tr)),
+                            seed=seed)
+        mining_record.update(recall=rec["recall"], n_queries=rec["n_queries"], k=rec["k"], settings=rec["settings"])
     warnings_: list[str] = []
     overlap = split_overlap(d.queries, {"train": tr.query_ids, "validation": d.validation.query_ids,
                                         "test": d.test.query_ids})
@@ -478,6 +496,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "geometry": ad.geometry_, "form": form, "rank": rank, "seed": seed,
         "selection": selection, "n_selection": len(vtable), "anchor": anchor, "warnings": warnings_,
         "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
+        "mining": mining_record,
     }
     mem = None
     if memory == "auto":
