@@ -50,11 +50,13 @@ def test_summary_pairs_every_method_with_frozen_and_the_default_with_the_best_pe
 def test_a_finetune_record_joins_the_table_when_its_queries_match(tmp_path):
     table, frozen = _table()
     vals = [0.6, 0.3, 0.9, 0.5, 0.1, 1.0]
-    (tmp_path / "finetune_ds_enc.json").write_text(json.dumps({"test_per_query": vals, "train_seconds": 400}))
+    rec = {"test": {"ndcg@10": vals}, "costs": {"train_seconds": 400, "corpus_encode_seconds": 600}, "chosen_epochs": 1}
+    (tmp_path / "finetune_ds_enc.json").write_text(json.dumps(rec))
     g = peers.summarise(table, tmp_path)["groups"][0]
     assert g["methods"]["finetune"]["all"]["diff"] == pytest.approx((np.array(vals) - frozen).mean())
-    assert g["finetune_cost"] == {"train_seconds": 400}
-    (tmp_path / "finetune_ds_enc.json").write_text(json.dumps({"test_per_query": vals[:5]}))  # other queries
+    assert g["finetune_cost"] == {"train_seconds": 400, "corpus_encode_seconds": 600}
+    rec["test"]["ndcg@10"] = vals[:5]  # another set of queries: left out
+    (tmp_path / "finetune_ds_enc.json").write_text(json.dumps(rec))
     assert "finetune" not in peers.summarise(table, tmp_path)["groups"][0]["methods"]
 
 

@@ -132,6 +132,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
             "seen": ",".join(str(pos[q]) for q in by_all.seen), "unseen": ",".join(str(pos[q]) for q in by_all.unseen),
             "unseen_train_only": ",".join(str(pos[q]) for q in by_train.unseen),
             "test_ndcg": float(np.mean(values)), "test_frozen": float(np.mean(frozen)), "seconds": seconds,
+            "test_query_ids": "\n".join(map(str, d.test.query_ids)),
             "n_test": len(values), **extra}
 
 
@@ -148,15 +149,16 @@ def _paired(a: np.ndarray, b: np.ndarray, seed: int = 0) -> dict[str, float]:
     return {"n": int(a.size), "mean": float(a.mean()), "diff": c.mean_diff, "ci_low": c.ci_low, "ci_high": c.ci_high}
 
 
-def _finetune(dataset: str, encoder: str, folder: Path, n_test: int) -> dict[str, Any] | None:
+def _finetune(dataset: str, encoder: str, folder: Path, n_test: int,
+              query_ids: list[str] | None = None) -> dict[str, Any] | None:
+    """A recorded :func:`asymgeo.adapters.finetune.finetune_baseline` result on the same test queries, or None."""
     path = folder / f"finetune_{dataset}_{encoder}.json"
     if not path.is_file():
         return None
     rec = json.loads(path.read_text(encoding="utf-8"))
-    vals = rec.get("test_per_query") or rec.get("test_ndcg_per_query")
-    if isinstance(vals, dict):
-        vals = list(vals.values())
-    if vals is None or len(vals) != n_test:
+    test = rec.get("test") or {}
+    vals = test.get("ndcg@10")
+    if vals is None or len(vals) != n_test or (query_ids is not None and list(test.get("query_ids", [])) != query_ids):
         return None
     return {"values": np.asarray(vals, dtype=np.float64), "record": rec, "path": str(path)}
 
@@ -179,7 +181,8 @@ def summarise(table: Any, finetune_dir: str | Path = "docs/results/peers") -> di
             per[str(method)] = vals.mean(axis=0)
             spread[str(method)] = [float(v.mean() - frozen.mean()) for v in vals]
             seconds[str(method)] = float(rows["seconds"].mean())
-        ft = _finetune(str(ds), str(enc), Path(finetune_dir), frozen.size)
+        qids = str(first["test_query_ids"]).split("\n") if "test_query_ids" in part.columns else None
+        ft = _finetune(str(ds), str(enc), Path(finetune_dir), frozen.size, qids)
         if ft is not None:
             per["finetune"] = ft["values"]
             spread["finetune"] = [float(ft["values"].mean() - frozen.mean())]
@@ -196,9 +199,10 @@ def summarise(table: Any, finetune_dir: str | Path = "docs/results/peers") -> di
             out["best_peer"] = best
             out["default_vs_best"] = _paired(per["default"], per[best])
         if ft is not None:
-            rec = ft["record"]
-            out["finetune_cost"] = {k: rec.get(k) for k in ("train_seconds", "encode_seconds", "docs_per_second",
-                                                            "projected_msmarco", "projection") if k in rec}
+            costs = ft["record"].get("costs") or {}
+            out["finetune_cost"] = {k: costs[k] for k in ("train_seconds", "train_cpu_seconds", "corpus_encode_seconds",
+                                                          "documents_per_second", "msmarco_projection") if k in costs}
+            out["finetune_epochs"] = ft["record"].get("chosen_epochs")
         groups.append(out)
     return {"groups": groups, "cells": len(table)}
 
@@ -240,7 +244,10 @@ def format_summary(s: dict[str, Any], command: str) -> str:
                           f"{b['diff']:+.4f} [{b['ci_low']:+.4f}, {b['ci_high']:+.4f}] NDCG@10 over {b['n']} queries."]
         if "finetune_cost" in g:
             c = g["finetune_cost"]
-            lines += ["", "Full fine-tune cost: " + ", ".join(f"{k} {v}" for k, v in c.items()) + "."]
+            parts = [f"{k.replace('_', ' ')} {v:,.0f}" if isinstance(v, (int, float)) else f"{k.replace('_', ' ')}: {v}"
+                     for k, v in c.items()]
+            lines += ["", f"Full fine-tune ({g.get('finetune_epochs')} epoch(s), recorded by "
+                          "`asymgeo.adapters.finetune.finetune_baseline`): " + "; ".join(parts) + "."]
         lines.append("")
     lines += ["![frontier](figures/peers_frontier.png)", ""]
     return "\n".join(lines)
