@@ -18,7 +18,7 @@ from asymgeo.data.synthetic import make_synthetic_beir
 from asymgeo.kernels.folds import nested_subsets
 
 ENC = "all-MiniLM-L6-v2"
-RUN = {"epochs": (1, 2), "batch_size": 8, "learning_rate": 1e-4, "max_train": 12, "seed": 0}
+RUN = {"epochs": (1, 2), "batch_size": 8, "learning_rate": 1e-4, "max_train": 10, "seed": 0}
 
 
 def _training_stack() -> None:
@@ -27,7 +27,7 @@ def _training_stack() -> None:
 
 
 def _dataset(root):
-    make_synthetic_beir(root / "data" / "tiny", 120, n_train=24, n_dev=10, n_test=10, seed=0)
+    make_synthetic_beir(root / "data" / "tiny", 100, n_train=20, n_dev=8, n_test=8, seed=0)
     return {"data_dir": root / "data", "cache_dir": root / "emb"}
 
 
@@ -80,7 +80,7 @@ def test_same_split_as_the_adapters(tuned, tiny):
     d = load_adaptation_data("tiny", ENC, **tiny)
     assert tuned.test_query_ids == list(d.test.query_ids)
     assert tuned.validation_query_ids == list(d.validation.query_ids)
-    train = nested_subsets(list(dict.fromkeys(d.triples.query_ids)), sizes=[12], seed=0)[12]
+    train = nested_subsets(list(dict.fromkeys(d.triples.query_ids)), sizes=[10], seed=0)[10]
     assert tuned.config["train_ids_sha256"] == ids_digest(train)
     assert not set(train) & (set(tuned.test_query_ids) | set(tuned.validation_query_ids))
     # one pair per positive of each training query used
@@ -118,7 +118,7 @@ def test_epochs_chosen_on_validation(tuned):
     np.testing.assert_array_equal(tuned.test_ndcg, tuned.test_ndcg_by_epoch[tuned.chosen_epochs])
     c = tuned.costs
     assert len(c["train_seconds_by_epoch"]) == 2 and len(c["corpus_encode_seconds_by_pass"]) == 2
-    assert c["n_documents"] == 120 and c["documents_per_second"] == pytest.approx(120 / c["corpus_encode_seconds"])
+    assert c["n_documents"] == 100 and c["documents_per_second"] == pytest.approx(100 / c["corpus_encode_seconds"])
     assert c["msmarco_reencode_seconds"] == pytest.approx(8_841_823 / c["documents_per_second"])
     assert "8,841,823" in c["msmarco_projection"] and "documents/s" in c["msmarco_projection"]
 
@@ -190,7 +190,7 @@ def test_model_not_available_offline_one_line(random_cache, tmp_path, monkeypatc
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"epochs": 0}, "epochs"), ({"epochs": (2, 2)}, "distinct"), ({"epochs": True}, "epochs"),
     ({"learning_rate": -1.0}, "learning_rate"), ({"batch_size": 1}, "batch_size"),
-    ({"max_train": 999}, "max_train: 999 exceeds the 24 training queries"),
+    ({"max_train": 999}, "max_train: 999 exceeds the 20 training queries"),
 ])
 def test_bad_arguments_named(random_cache, tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
