@@ -99,7 +99,7 @@ _EXPORTS: dict[str, str] = {
     # a sentence-transformers user's path: pairs and a corpus in, an adapter and its model out
     "fit": "adapters.from_pairs",
     "attach_adapter": "adapters.export",
-    "import_embeddings": "data.cache",
+    "import_embeddings": "data.import_cache",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -125,7 +125,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .adapters import Adapter, load_adapter, save_adapter
     from .adapters.export import attach_adapter
     from .adapters.from_pairs import fit
-    from .data.cache import import_embeddings
+    from .data.import_cache import import_embeddings
     from .data import (
         BeirDataset,
         EmbeddingCache,

@@ -174,6 +174,39 @@ def _run_embed(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- import
+@_command("import")
+def _add_import(sub):
+    p = _subparser(
+        sub,
+        "import",
+        "Write embeddings computed elsewhere (.npy arrays and id lists) as a dataset's verified embedding cache.",
+        "asymgeo import scifact --encoder all-MiniLM-L6-v2 --corpus-embeddings corpus.npy --corpus-ids corpus_ids.txt "
+        "--query-embeddings queries.npy --query-ids query_ids.txt --data-dir ../shared/data --cache-dir emb",
+    )
+    _add_data_args(p)
+    p.add_argument("--corpus-embeddings", required=True, metavar="FILE.npy", help="(N, p) document embeddings")
+    p.add_argument("--corpus-ids", required=True, metavar="FILE.txt", help="their document ids, one per line")
+    p.add_argument("--query-embeddings", required=True, metavar="FILE.npy", help="(Q, p) query embeddings")
+    p.add_argument("--query-ids", required=True, metavar="FILE.txt", help="their query ids, one per line")
+    p.add_argument("--normalise", action="store_true",
+                   help="scale every row to unit L2 norm (without it, rows must already have norm 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace a cache already there")
+    p.set_defaults(func=_run_import)
+    return p
+
+
+def _run_import(args) -> int:
+    from .data import import_embeddings
+
+    cache = import_embeddings(args.dataset, args.encoder, corpus=args.corpus_embeddings, corpus_ids=args.corpus_ids,
+                              queries=args.query_embeddings, query_ids=args.query_ids, normalise=args.normalise,
+                              data_dir=args.data_dir, cache_dir=args.cache_dir, overwrite=args.overwrite)
+    print(f"{cache.path}: corpus {cache.corpus.shape}, queries {cache.queries.shape}, {cache.corpus.dtype}; "
+          f"verified against {args.dataset}")
+    return 0
+
+
 # --------------------------------------------------------------------------- select
 def _selector_names(command: str) -> str:
     """The built-in selector names for ``--help`` (read from the registry's catalogue: no numpy)."""
