@@ -189,7 +189,7 @@ def _add_import(sub):
     p.add_argument("--corpus-ids", required=True, metavar="FILE.txt", help="their document ids, one per line")
     p.add_argument("--query-embeddings", required=True, metavar="FILE.npy", help="(Q, p) query embeddings")
     p.add_argument("--query-ids", required=True, metavar="FILE.txt", help="their query ids, one per line")
-    p.add_argument("--normalise", action="store_true",
+    p.add_argument("--normalize", action="store_true",
                    help="scale every row to unit L2 norm (without it, rows must already have norm 1)")
     p.add_argument("--overwrite", action="store_true", help="replace a cache already there")
     p.set_defaults(func=_run_import)
@@ -200,7 +200,7 @@ def _run_import(args) -> int:
     from .data import import_embeddings
 
     cache = import_embeddings(args.dataset, args.encoder, corpus=args.corpus_embeddings, corpus_ids=args.corpus_ids,
-                              queries=args.query_embeddings, query_ids=args.query_ids, normalise=args.normalise,
+                              queries=args.query_embeddings, query_ids=args.query_ids, normalize=args.normalize,
                               data_dir=args.data_dir, cache_dir=args.cache_dir, overwrite=args.overwrite)
     print(f"{cache.path}: corpus {cache.corpus.shape}, queries {cache.queries.shape}, {cache.corpus.dtype}; "
           f"verified against {args.dataset}")
@@ -854,6 +854,12 @@ def _add_export(sub):
     p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier export at --out (swapped in only when the new one is complete)")
+    p.add_argument("--normalize", action="store_true",
+                   help="unit-norm query vectors (augmented form only): the ranking is unchanged, cosine equals the "
+                        "dot product")
+    p.add_argument("--default-route", choices=["none", "query", "document"], default="none",
+                   help="route of model.encode(texts) without task=: none (refused, the default: use encode_query / "
+                        "encode_document), query or document")
     p.set_defaults(func=_run_export)
     return p
 
@@ -866,8 +872,15 @@ def _run_export(args) -> int:
     base = args.base or (ad.metadata_ or {}).get("encoder")
     if not base:
         raise ValueError(f"{args.adapter}: the adapter does not record its encoder; pass --base")
-    out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite)
+    route = None if args.default_route == "none" else args.default_route
+    out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite, normalize=args.normalize,
+                                       default_route=route)
     print(f"wrote {out}: SentenceTransformer({str(out)!r}).encode_query / encode_document")
+    from .adapters.export import similarity_note
+
+    print(similarity_note(ad, args.normalize))
+    print("model.encode(texts) without task= " + ("is refused (use encode_query / encode_document)" if route is None
+                                                  else f"takes the {route} route"))
     return 0
 
 

@@ -95,7 +95,7 @@ def _reordered(arr: np.ndarray, ids: list[str], want: Sequence[str], src: str, i
         else np.asarray(arr, dtype=np.float32)
 
 
-def _check_rows(E: np.ndarray, src: str, ids: Sequence[str], normalise: bool) -> np.ndarray:
+def _check_rows(E: np.ndarray, src: str, ids: Sequence[str], normalize: bool) -> np.ndarray:
     finite = np.isfinite(E).all(axis=1)
     if not finite.all():
         i = int(np.flatnonzero(~finite)[0])
@@ -105,14 +105,14 @@ def _check_rows(E: np.ndarray, src: str, ids: Sequence[str], normalise: bool) ->
     if (norms == 0).any():
         i = int(np.flatnonzero(norms == 0)[0])
         raise ValueError(f"{src}: the row of id {ids[i]!r} is all zero; {int((norms == 0).sum())} such rows")
-    if normalise:
+    if normalize:
         return (E / norms[:, None]).astype(np.float32)
     off = np.abs(norms - 1.0) > NORM_TOLERANCE
     if off.any():
         i = int(np.flatnonzero(off)[0])
         raise ValueError(f"{src}: the row of id {ids[i]!r} has norm {norms[i]:.4g}, not 1 (tolerance "
                          f"{NORM_TOLERANCE}; {int(off.sum())} such rows); asymgeo's caches hold L2-normalised "
-                         "embeddings: pass normalise=True (--normalise) to scale every row to unit norm")
+                         "embeddings: pass normalize=True (--normalize) to scale every row to unit norm")
     return E
 
 
@@ -124,7 +124,7 @@ def import_embeddings(
     corpus_ids: Any,
     queries: Any,
     query_ids: Any,
-    normalise: bool = False,
+    normalize: bool = False,
     data_dir: str | os.PathLike | None = None,
     cache_dir: str | os.PathLike | None = None,
     overwrite: bool = False,
@@ -140,7 +140,7 @@ def import_embeddings(
     corpus, queries : (N, p) and (Q, p) float arrays, or ``.npy`` files.
     corpus_ids, query_ids : their row ids, as lists or text files of one id per line; every
         id of the dataset must have a row (rows are reordered to the dataset's file order).
-    normalise : scale each row to unit L2 norm; without it every row must already have norm
+    normalize : scale each row to unit L2 norm; without it every row must already have norm
         1 (within :data:`~asymgeo.data.NORM_TOLERANCE`), as asymgeo's caches do.
     cache_dir : where caches live (default ``$ASYMGEO_CACHE_DIR``, ``~/.cache/asymgeo/embeddings``).
     overwrite : replace a cache already there (only once the new one is complete).
@@ -154,7 +154,7 @@ def import_embeddings(
     ------
     ValueError
         Naming the file (or argument) at fault: wrong shape, row count or dtype, a repeated,
-        missing or foreign id, a non-finite, zero or (without ``normalise``) non-unit row,
+        missing or foreign id, a non-finite, zero or (without ``normalize``) non-unit row,
         differing query and corpus dimensions, a dimension the registry encoder does not
         have, or a cache already there (without ``overwrite``).
     """
@@ -175,8 +175,8 @@ def import_embeddings(
     if spec.dimension is not None and C.shape[1] != spec.dimension:
         raise ValueError(f"{c_src}: dimension {C.shape[1]}, but {spec.name} embeds in {spec.dimension}; name the "
                          "encoder that made these embeddings")
-    C = _check_rows(C, c_src, ds.corpus_ids, normalise)
-    Q = _check_rows(Q, q_src, ds.query_ids, normalise)
+    C = _check_rows(C, c_src, ds.corpus_ids, normalize)
+    Q = _check_rows(Q, q_src, ds.query_ids, normalize)
     meta: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "model_name": spec.model,
@@ -188,7 +188,7 @@ def import_embeddings(
         "dataset": {"name": ds.name, "path": str(ds.path.resolve())},
         "fingerprint": cache_fingerprint(ds, spec),
         "imported": {"corpus": c_src, "corpus_ids": c_id_src, "queries": q_src, "query_ids": q_id_src,
-                     "normalised_on_import": bool(normalise)},
+                     "normalised_on_import": bool(normalize)},
         "python_version": sys.version.split()[0],
         "numpy_version": np.__version__,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
