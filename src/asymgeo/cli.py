@@ -692,8 +692,21 @@ def _add_fit(sub):
         "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
-    p.add_argument("--geometry", choices=["shared", "dual", "auto"], required=True,
-                   help="adapter family; auto: train both, keep the better on validation NDCG@10 "
+    p.set_defaults(dataset=None)
+    next(a for a in p._actions if a.dest == "dataset").nargs = "?"  # DATASET, or --pairs / --corpus instead
+    p.add_argument("--pairs", default=None, metavar="FILE.jsonl",
+                   help="instead of DATASET: training pairs, one JSON object per line ({\"query\": ..., "
+                        "\"positive\": ..., \"negative\": ...} or anchor / positive / negative columns, or a "
+                        "[query, positive, negative] array); written with --corpus as a dataset under --data-dir and "
+                        "encoded into --cache-dir (reused on a rerun)")
+    p.add_argument("--corpus", default=None, metavar="FILE.jsonl",
+                   help="with --pairs: the documents to search ({\"_id\", \"title\", \"text\"} per line, or "
+                        "texts); default the pairs' own texts; positives missing from it are added")
+    p.add_argument("--eval-pairs", default=None, metavar="FILE.jsonl",
+                   help="with --pairs: held-out pairs scored as the test split (default: a fifth of the training "
+                        "queries are held out)")
+    p.add_argument("--geometry", choices=["shared", "dual", "auto"], default="auto",
+                   help="adapter family; auto (default): train both, keep the better on validation NDCG@10 "
                         "(shared within one standard error; CARS, eq. 7, reported beside it)")
     p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
                    help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
@@ -757,6 +770,22 @@ def _run_fit(args) -> int:
         from .data.encoders import check_device
 
         check_device(args.device)
+    if (args.dataset is None) == (args.pairs is None):
+        raise ValueError("name a DATASET (a BEIR folder or a name under --data-dir) or give --pairs FILE.jsonl, "
+                         "not both" if args.dataset is not None else
+                         "name a DATASET (a BEIR folder or a name under --data-dir), or give --pairs FILE.jsonl "
+                         "(with --corpus FILE.jsonl)")
+    if args.pairs is None and (args.corpus is not None or args.eval_pairs is not None):
+        raise ValueError(f"{'--corpus' if args.corpus is not None else '--eval-pairs'}: goes with --pairs, not with "
+                         "a DATASET")
+    if args.pairs is not None:
+        from .data.pairs import prepare_pairs
+
+        ds, _spec = prepare_pairs(args.encoder, args.pairs, corpus=args.corpus, eval_pairs=args.eval_pairs,
+                                  data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
+                                  progress=not args.no_progress)
+        args.dataset = str(ds.path)
+        print(f"pairs: {ds.path} ({len(ds.query_ids):,} queries, {len(ds.corpus_ids):,} documents)", file=sys.stderr)
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
