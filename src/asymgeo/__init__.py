@@ -125,7 +125,6 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .adapters import Adapter, load_adapter, save_adapter
     from .adapters.export import attach_adapter
     from .adapters.from_pairs import fit
-    from .data.import_cache import import_embeddings
     from .data import (
         BeirDataset,
         EmbeddingCache,
@@ -139,6 +138,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         query_folds,
         split_queries,
     )
+    from .data.import_cache import import_embeddings
     from .estimators.projections import DualProjection, GeometrySelector, SharedProjection
     from .estimators.simulation import TwoViewModel, candidate_ndcg, two_view_model
     from .estimators.validation import SelectionValidation, validate_selection

@@ -52,7 +52,8 @@ def _title(report: Any, chosen: dict[str, Any] | None, curves: list[dict[str, An
         return "training curves"
     top = max((v for c in curves for v in c["ndcg"]), default=math.nan)
     what = f"star: the kept checkpoint ({chosen['family']}, lr {chosen['learning_rate']:g}, epoch {chosen['epoch']})"
-    if auto and auto.get("rule") != "validation" and chosen["ndcg"] < top:
+    tie = str(auto.get("rule", "")).startswith("tie")  # the one-SE rule kept a family whose points are lower
+    if tie and chosen["ndcg"] < top:
         what += f"; family by {auto.get('rule')}, not the highest point"
     elif chosen["ndcg"] >= top:
         what += ", the highest point"
@@ -82,7 +83,7 @@ def _bars(gen: dict[str, Any]) -> dict[str, Any]:
     names = [n for n in rows if n != "frozen"]
     small = max(MIN_SCALE_QUERIES, math.ceil(0.1 * n_all))
     lo, hi, clipped = [0.0], [0.0], []
-    for key, label in shown:
+    for key, _label in shown:
         for name in names:
             c = rows[name].get(key, {})
             vals = [c.get(k) for k in ("diff", "ci_low", "ci_high")]

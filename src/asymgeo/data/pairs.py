@@ -161,6 +161,40 @@ def read_pairs(pairs: Any, what: str = "pairs") -> PairsData:
     return out
 
 
+def _corpus_record(where: str, doc_id: Any, rec: Any) -> tuple[str, str, str]:
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"{where}: document id: expected a non-empty text, got {doc_id!r}")
+    if any(c in doc_id for c in "\t\r\n"):
+        raise ValueError(f"{where}: document id {doc_id!r} holds a tab or line break")
+    if isinstance(rec, Mapping):
+        title = rec.get("title") or ""
+        if not isinstance(title, str):
+            raise TypeError(f"{where}: 'title': expected a text, got {type(title).__name__}")
+        return doc_id, title, _text(rec.get("text"), where, "'text'")
+    return doc_id, "", _text(rec, where, "text")
+
+
+def _corpus_items(corpus: Any) -> Iterable[tuple[str, Any, Any]]:
+    """``(where, id, record)`` of every document, in order."""
+    if isinstance(corpus, (str, os.PathLike)):
+        for i, (where, rec) in enumerate(_jsonl(Path(corpus), "corpus")):
+            if isinstance(rec, str):
+                yield where, f"d{i}", rec
+            elif isinstance(rec, Mapping):
+                yield where, rec.get("_id", rec.get("id")), rec
+            else:
+                raise TypeError(f"{where}: expected an object with _id and text, or a text")
+    elif isinstance(corpus, Mapping):
+        for doc_id, rec in corpus.items():
+            yield f"corpus[{doc_id!r}]", doc_id, rec
+    elif isinstance(corpus, Iterable) and not isinstance(corpus, bytes):
+        for i, rec in enumerate(corpus):
+            yield f"corpus[{i}]", (rec.get("_id", rec.get("id")) if isinstance(rec, Mapping) else f"d{i}"), rec
+    else:
+        raise TypeError(f"corpus: expected a mapping id -> text, a list of texts or dicts, or a JSONL file, "
+                        f"got {type(corpus).__name__}")
+
+
 def read_corpus(corpus: Any) -> list[tuple[str, str, str]]:
     """The corpus as ``(id, title, text)`` records (module docstring); errors name the record.
 
@@ -170,47 +204,13 @@ def read_corpus(corpus: Any) -> list[tuple[str, str, str]]:
         A record without text, a duplicate id, an id with a tab or line break.
     """
     records: list[tuple[str, str, str]] = []
-    wheres: list[str] = []
-
-    def add(where: str, doc_id: Any, rec: Any) -> None:
-        if not isinstance(doc_id, str) or not doc_id.strip():
-            raise ValueError(f"{where}: document id: expected a non-empty text, got {doc_id!r}")
-        if any(c in doc_id for c in "\t\r\n"):
-            raise ValueError(f"{where}: document id {doc_id!r} holds a tab or line break")
-        if isinstance(rec, Mapping):
-            title = rec.get("title") or ""
-            if not isinstance(title, str):
-                raise TypeError(f"{where}: 'title': expected a text, got {type(title).__name__}")
-            records.append((doc_id, title, _text(rec.get("text"), where, "'text'")))
-        else:
-            records.append((doc_id, "", _text(rec, where, "text")))
-        wheres.append(where)
-
-    if isinstance(corpus, (str, os.PathLike)):
-        for where, rec in _jsonl(Path(corpus), "corpus"):
-            if isinstance(rec, str):
-                add(where, f"d{len(records)}", rec)
-            elif isinstance(rec, Mapping):
-                add(where, rec.get("_id", rec.get("id")), rec)
-            else:
-                raise TypeError(f"{where}: expected an object with _id and text, or a text")
-    elif isinstance(corpus, Mapping):
-        for doc_id, rec in corpus.items():
-            add(f"corpus[{doc_id!r}]", doc_id, rec)
-    elif isinstance(corpus, Iterable) and not isinstance(corpus, bytes):
-        for i, rec in enumerate(corpus):
-            if isinstance(rec, Mapping):
-                add(f"corpus[{i}]", rec.get("_id", rec.get("id")), rec)
-            else:
-                add(f"corpus[{i}]", f"d{i}", rec)
-    else:
-        raise TypeError(f"corpus: expected a mapping id -> text, a list of texts or dicts, or a JSONL file, "
-                        f"got {type(corpus).__name__}")
     seen: dict[str, str] = {}
-    for (doc_id, _t, _x), where in zip(records, wheres):
-        if doc_id in seen:
-            raise ValueError(f"{where}: document id {doc_id!r} already given at {seen[doc_id]}")
-        seen[doc_id] = where
+    for where, doc_id, rec in _corpus_items(corpus):
+        record = _corpus_record(where, doc_id, rec)
+        if record[0] in seen:
+            raise ValueError(f"{where}: document id {record[0]!r} already given at {seen[record[0]]}")
+        seen[record[0]] = where
+        records.append(record)
     return records
 
 
