@@ -96,6 +96,10 @@ _EXPORTS: dict[str, str] = {
     "Adapter": "adapters",
     "save_adapter": "adapters",
     "load_adapter": "adapters",
+    # a sentence-transformers user's path: pairs and a corpus in, an adapter and its model out
+    "fit": "adapters.from_pairs",
+    "attach_adapter": "adapters.export",
+    "import_embeddings": "data.import_cache",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -119,6 +123,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .adapters import Adapter, load_adapter, save_adapter
+    from .adapters.export import attach_adapter
+    from .adapters.from_pairs import fit
     from .data import (
         BeirDataset,
         EmbeddingCache,
@@ -132,6 +138,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
         query_folds,
         split_queries,
     )
+    from .data.import_cache import import_embeddings
     from .estimators.projections import DualProjection, GeometrySelector, SharedProjection
     from .estimators.simulation import TwoViewModel, candidate_ndcg, two_view_model
     from .estimators.validation import SelectionValidation, validate_selection

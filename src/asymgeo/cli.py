@@ -174,6 +174,39 @@ def _run_embed(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- import
+@_command("import")
+def _add_import(sub):
+    p = _subparser(
+        sub,
+        "import",
+        "Write embeddings computed elsewhere (.npy arrays and id lists) as a dataset's verified embedding cache.",
+        "asymgeo import scifact --encoder all-MiniLM-L6-v2 --corpus-embeddings corpus.npy --corpus-ids corpus_ids.txt "
+        "--query-embeddings queries.npy --query-ids query_ids.txt --data-dir ../shared/data --cache-dir emb",
+    )
+    _add_data_args(p)
+    p.add_argument("--corpus-embeddings", required=True, metavar="FILE.npy", help="(N, p) document embeddings")
+    p.add_argument("--corpus-ids", required=True, metavar="FILE.txt", help="their document ids, one per line")
+    p.add_argument("--query-embeddings", required=True, metavar="FILE.npy", help="(Q, p) query embeddings")
+    p.add_argument("--query-ids", required=True, metavar="FILE.txt", help="their query ids, one per line")
+    p.add_argument("--normalize", action="store_true",
+                   help="scale every row to unit L2 norm (without it, rows must already have norm 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace a cache already there")
+    p.set_defaults(func=_run_import)
+    return p
+
+
+def _run_import(args) -> int:
+    from .data import import_embeddings
+
+    cache = import_embeddings(args.dataset, args.encoder, corpus=args.corpus_embeddings, corpus_ids=args.corpus_ids,
+                              queries=args.query_embeddings, query_ids=args.query_ids, normalize=args.normalize,
+                              data_dir=args.data_dir, cache_dir=args.cache_dir, overwrite=args.overwrite)
+    print(f"{cache.path}: corpus {cache.corpus.shape}, queries {cache.queries.shape}, {cache.corpus.dtype}; "
+          f"verified against {args.dataset}")
+    return 0
+
+
 # --------------------------------------------------------------------------- select
 def _selector_names(command: str) -> str:
     """The built-in selector names for ``--help`` (read from the registry's catalogue: no numpy)."""
@@ -659,8 +692,21 @@ def _add_fit(sub):
         "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
-    p.add_argument("--geometry", choices=["shared", "dual", "auto", "query"], required=True,
-                   help="adapter family; auto: train both, keep the better on validation NDCG@10 "
+    p.set_defaults(dataset=None)
+    next(a for a in p._actions if a.dest == "dataset").nargs = "?"  # DATASET, or --pairs / --corpus instead
+    p.add_argument("--pairs", default=None, metavar="FILE.jsonl",
+                   help="instead of DATASET: training pairs, one JSON object per line ({\"query\": ..., "
+                        "\"positive\": ..., \"negative\": ...} or anchor / positive / negative columns, or a "
+                        "[query, positive, negative] array); written with --corpus as a dataset under --data-dir and "
+                        "encoded into --cache-dir (reused on a rerun)")
+    p.add_argument("--corpus", default=None, metavar="FILE.jsonl",
+                   help="with --pairs: the documents to search ({\"_id\", \"title\", \"text\"} per line, or "
+                        "texts); default the pairs' own texts; positives missing from it are added")
+    p.add_argument("--eval-pairs", default=None, metavar="FILE.jsonl",
+                   help="with --pairs: held-out pairs scored as the test split (default: a fifth of the training "
+                        "queries are held out)")
+    p.add_argument("--geometry", choices=["shared", "dual", "auto", "query"], default="auto",
+                   help="adapter family; auto (default): train both, keep the better on validation NDCG@10 "
                         "(shared within one standard error; CARS, eq. 7, reported beside it); query: the "
                         "query-only peer, a p x p map on queries from the identity, documents untouched")
     p.add_argument("--mining", choices=["exact", "ivf", "hnsw"], default="exact",
@@ -732,6 +778,22 @@ def _run_fit(args) -> int:
         from .data.encoders import check_device
 
         check_device(args.device)
+    if (args.dataset is None) == (args.pairs is None):
+        raise ValueError("name a DATASET (a BEIR folder or a name under --data-dir) or give --pairs FILE.jsonl, "
+                         "not both" if args.dataset is not None else
+                         "name a DATASET (a BEIR folder or a name under --data-dir), or give --pairs FILE.jsonl "
+                         "(with --corpus FILE.jsonl)")
+    if args.pairs is None and (args.corpus is not None or args.eval_pairs is not None):
+        raise ValueError(f"{'--corpus' if args.corpus is not None else '--eval-pairs'}: goes with --pairs, not with "
+                         "a DATASET")
+    if args.pairs is not None:
+        from .data.pairs import prepare_pairs
+
+        ds, _spec = prepare_pairs(args.encoder, args.pairs, corpus=args.corpus, eval_pairs=args.eval_pairs,
+                                  data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
+                                  progress=not args.no_progress)
+        args.dataset = str(ds.path)
+        print(f"pairs: {ds.path} ({len(ds.query_ids):,} queries, {len(ds.corpus_ids):,} documents)", file=sys.stderr)
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
@@ -843,6 +905,12 @@ def _add_export(sub):
     p.add_argument("--out", required=True, help="model folder to write (a new or empty folder)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an earlier export at --out (swapped in only when the new one is complete)")
+    p.add_argument("--normalize", action="store_true",
+                   help="unit-norm query vectors (augmented form only): the ranking is unchanged, cosine equals the "
+                        "dot product")
+    p.add_argument("--default-route", choices=["none", "query", "document"], default="none",
+                   help="route of model.encode(texts) without task=: none (refused, the default: use encode_query / "
+                        "encode_document), query or document")
     p.set_defaults(func=_run_export)
     return p
 
@@ -855,8 +923,15 @@ def _run_export(args) -> int:
     base = args.base or (ad.metadata_ or {}).get("encoder")
     if not base:
         raise ValueError(f"{args.adapter}: the adapter does not record its encoder; pass --base")
-    out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite)
+    route = None if args.default_route == "none" else args.default_route
+    out = export_sentence_transformers(ad, base, args.out, overwrite=args.overwrite, normalize=args.normalize,
+                                       default_route=route)
     print(f"wrote {out}: SentenceTransformer({str(out)!r}).encode_query / encode_document")
+    from .adapters.export import similarity_note
+
+    print(similarity_note(ad, args.normalize))
+    print("model.encode(texts) without task= " + ("is refused (use encode_query / encode_document)" if route is None
+                                                  else f"takes the {route} route"))
     from .adapters.export import memory_note
 
     note = memory_note(ad)

@@ -420,7 +420,10 @@ def test_model_card_says_what_trained_it_and_whether_it_helps(fitted_dir):
     ad = load_adapter(fitted_dir)
     card = model_card(ad, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
     gen = ad.metadata_["metrics"]["generalisation"]
-    assert card.startswith("---\nlibrary_name: sentence-transformers\nbase_model: sentence-transformers/all-MiniLM-L6-v2")
+    head = card.split("\n---\n", 1)[0]
+    assert head.startswith("---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\n")
+    assert "\nbase_model: sentence-transformers/all-MiniLM-L6-v2\n" in head and "datasets:\n- BeIR/scifact" in head
+    assert f"value: {ad.metadata_['metrics']['trained']['test_ndcg@10']:.4f}" in head
     assert "**dual**" in card and "rank 4" in card and "scifact" in card and "32 training queries" in card
     assert "## Does it help new queries?" in card and gen["headline"] in card
     assert f"frozen {ad.metadata_['metrics']['frozen']['test_ndcg@10']:.4f}" in card

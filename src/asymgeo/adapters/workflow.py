@@ -484,6 +484,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     cids = d.corpus_ids or None
     metrics: dict[str, Any] = {
         "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, corpus_ids=cids),
+                   "selection_ndcg@10": ndcg_at_10(V, vtable, d.corpus, corpus_ids=cids),
                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, corpus_ids=cids)},
         "closed_form": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, base.operator_, corpus_ids=cids),
                         "selection_ndcg@10": _num(base.validation_ndcg_),

@@ -36,6 +36,8 @@ from .encoders import (
 )
 from .encoding import encode_dataset
 from .evaluate import TIE_ORDERS, evaluate_frozen
+from .import_cache import import_embeddings
+from .pairs import pairs_dataset, prepare_pairs
 from .paths import cache_root, data_root
 from .splits import (
     DEFAULT_SPLIT_SEED,
@@ -78,12 +80,16 @@ __all__ = [
     "load_embeddings",
     "write_embeddings",
     "encode_dataset",
+    "import_embeddings",
     "cache_root",
     "cache_path",
     "cache_fingerprint",
     "verify_cache",
     "validate_embeddings",
     "NORM_TOLERANCE",
+    # pairs and a corpus, as a sentence-transformers user holds them
+    "pairs_dataset",
+    "prepare_pairs",
     # splits
     "DEFAULT_SPLIT_SEED",
     "FOLD_SEED",

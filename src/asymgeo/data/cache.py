@@ -205,6 +205,11 @@ def load_embeddings(
         )
     if not (path / "meta.json").is_file():
         hint = " (an interrupted encoding: rerun `asymgeo embed` to resume)" if (path / ".partial").is_dir() else ""
+        if not hint:
+            hint = (f" (meta.json is written last and marks a complete cache: for embeddings computed elsewhere "
+                    f"run `asymgeo import {_dataset_name(dataset)} --encoder {get_encoder(encoder).name} "
+                    "--corpus-embeddings C.npy --corpus-ids C.txt --query-embeddings Q.npy --query-ids Q.txt`, "
+                    "which checks the arrays against the dataset and writes it; or encode with `asymgeo embed`)")
         raise FileNotFoundError(f"{path / 'meta.json'}: missing, the cache is incomplete{hint}")
     cache = _open_folder(path, mmap)
     if verify and isinstance(dataset, BeirDataset):

