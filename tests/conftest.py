@@ -6,8 +6,35 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
-import pytest
+# Thread use, made explicit before numpy, scipy or torch load (README "Tests on a shared
+# machine"): where pytest-xdist runs tests in parallel (pyproject's ``-n auto``), each worker
+# gets one BLAS / OpenMP thread, so N workers use N cores instead of N x cores contending
+# threads.  The variables reach the CLI subprocesses the tests start too.  A serial run
+# (``-n 0``) keeps the machine's defaults; ASYMGEO_TEST_THREADS overrides the per-worker count.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def worker_threads() -> int | None:
+    """BLAS threads per test process: 1 under xdist with more than one worker, else None (defaults)."""
+    if "ASYMGEO_TEST_THREADS" in os.environ:
+        return max(1, int(os.environ["ASYMGEO_TEST_THREADS"]))
+    return 1 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1 else None
+
+
+_THREADS = worker_threads()
+if _THREADS is not None:
+    for _var in THREAD_VARS:
+        os.environ[_var] = str(_THREADS)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+if _THREADS is not None:
+    # numpy may have loaded before this file (a plugin): cap its BLAS pools as they stand too.
+    from threadpoolctl import threadpool_limits  # noqa: E402
+
+    threadpool_limits(limits=_THREADS)
 
 # Make the independent reference implementations importable as ``reference_impl``
 # (the CARS benchmark imports the same module).
@@ -24,6 +51,16 @@ import threading  # noqa: E402
 from tqdm import tqdm as _tqdm  # noqa: E402
 
 _tqdm.set_lock(threading.RLock())
+
+
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto``: the CPUs this process may use (affinity mask and cgroup quota), at most 8;
+    PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead (README)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    from asymgeo._runtime import available_cpus
+
+    return min(8, available_cpus())
 
 
 @pytest.fixture

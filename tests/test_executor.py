@@ -173,6 +173,7 @@ def test_ray_missing_names_the_extra(monkeypatch):
         ray_module()
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under xdist
 @pytest.mark.slow
 def test_ray_tasks_report_results_and_the_task_error(monkeypatch):
     pytest.importorskip("ray")

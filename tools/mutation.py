@@ -64,6 +64,7 @@ def _workspace(name: str) -> Path:
     (main / "shared").symlink_to(shared)  # mutants/ lives in main/: ../shared from it is main/shared
     with (main / "pyproject.toml").open("a") as fh:
         fh.write(f"\n[tool.mutmut]\nsource_paths = [{module!r}]\n"
+                 f"pytest_add_cli_args = [\"-n\", \"0\"]\n"
                  f"pytest_add_cli_args_test_selection = {tests!r}\nalso_copy = [\"src\", \"tests\"]\n")
     return main
 

@@ -174,7 +174,7 @@ def run_one(fault: tuple[str, str, str, str, list[str]]) -> tuple[bool, float]:
 
 
 def _pytest(args: list[str]) -> int:
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-n", "0", "-p", "no:cacheprovider", *args],
                           cwd=ROOT, capture_output=True, text=True).returncode
 
 

@@ -35,10 +35,34 @@ def _brute_ndcg(Q, corpus, qrels, qids, corpus_ids, boost):
     return float(np.mean([ev[q]["ndcg_cut_10"] for q in qids]))
 
 
+def _positive_at_row_zero(d, train_ids, ids_as):
+    """``d`` with its corpus rows 0 and r swapped, r the first training positive: in the cached
+    order row 0 is never a training positive, so a seen-row lookup that drops row 0 (``found > 0``)
+    would change nothing there.  ``ids_as``: the corpus ids as an IdIndex or as a plain list (the
+    report's two lookup paths)."""
+    import dataclasses
+
+    from asymgeo._ids import IdIndex
+
+    seen = {doc for q in train_ids for doc, g in d.qrels[q].items() if g > 0}
+    ids = list(d.corpus_ids)
+    r = next(i for i, doc in enumerate(ids) if doc in seen)
+    assert r > 0 and ids[0] not in seen  # the cached order: the branch the swap makes reachable
+    order = np.arange(len(ids))
+    order[[0, r]] = order[[r, 0]]
+    ids = [ids[i] for i in order]
+    return dataclasses.replace(d, corpus=np.asarray(d.corpus)[order],
+                               corpus_ids=IdIndex(ids, what="corpus") if ids_as == "IdIndex" else ids)
+
+
 @pytest.mark.slow
-def test_report_split_prior_and_identity_against_brute_force(scifact, shared_dir):
+@pytest.mark.parametrize("layout", ["cached", "positive at row 0, IdIndex", "positive at row 0, list"])
+def test_report_split_prior_and_identity_against_brute_force(scifact, shared_dir, layout):
     d = scifact
     train_ids = list(d.triples.query_ids)
+    if layout != "cached":
+        d = _positive_at_row_zero(d, train_ids, layout.rsplit(", ", 1)[1])
+        assert d.corpus_ids[0] in {doc for q in train_ids for doc, g in d.qrels[q].items() if g > 0}
     rep = generalisation_report(d, train_ids, {"identity": np.eye(d.corpus.shape[1])}, n_boot=200)
     files = shared_dir / "data" / "scifact" / "qrels"
     train, test = _tsv(files / "train.tsv"), _tsv(files / "test.tsv")
@@ -47,6 +71,7 @@ def test_report_split_prior_and_identity_against_brute_force(scifact, shared_dir
     n_seen = sum(any(g > 0 and doc in seen for doc, g in test[q].items()) for q in test_ids)
     assert (rep.rows["frozen"]["seen"]["n"], rep.rows["frozen"]["unseen"]["n"]) == (n_seen, 300 - n_seen)
     assert n_seen == 164  # the issue's count, from the files
+    assert rep.seen["n_seen_documents"] == len(seen & set(d.corpus_ids))
     # the identity operator is the frozen model: zero difference in every subset
     for s, c in rep.rows["identity"].items():
         if c["n"]:

@@ -164,6 +164,37 @@ def test_resume_with_a_different_chunk_size_starts_afresh(seven, tmp_path):
     np.testing.assert_array_equal(emb.corpus, _expected(seven)[1])
 
 
+@pytest.mark.parametrize("change", ["query text", "document title", "encoder prefix"])
+def test_resume_after_the_inputs_changed_encodes_everything_again(seven, tmp_path, change):
+    """The saved chunks of an interrupted run are the old inputs' rows: once a query text, a
+    document title or the encoder's prompt changed, the resumed run encodes every row again
+    (the manifest's fingerprint no longer matches), and the cache holds the new inputs' rows."""
+    import dataclasses
+
+    cache = tmp_path / "cache"
+    with pytest.raises(RuntimeError, match="simulated crash"):  # queries chunks 0 and 1 saved
+        encode_dataset(seven, SPEC, cache_dir=cache, model=FakeEncoder(fail_on_call=3), chunk_size=2, progress=False)
+    parts = cache / "seven" / "fake-enc.partial" / ".partial"
+    assert sorted(p.name for p in parts.glob("*.npy")) == ["queries-000000.npy", "queries-000001.npy"]
+    spec = SPEC
+    q_texts = [f"Q: ask {i}" for i in range(5)]
+    d_texts = [f"D: T text {i}" if i % 2 else f"D: text {i}" for i in range(7)]
+    if change == "query text":
+        (seven / "queries.jsonl").write_text((seven / "queries.jsonl").read_text().replace('"ask 1"', '"asked"'))
+        q_texts[1] = "Q: asked"
+    elif change == "document title":
+        (seven / "corpus.jsonl").write_text((seven / "corpus.jsonl").read_text().replace('"title": "T"', '"title": "U"', 1))
+        d_texts[1] = "D: U text 1"
+    else:
+        spec = dataclasses.replace(SPEC, query_prefix="query: ")
+        q_texts = [f"query: ask {i}" for i in range(5)]
+    resumed = FakeEncoder()
+    emb = encode_dataset(seven, spec, cache_dir=cache, model=resumed, chunk_size=2, progress=False)
+    assert sum(len(c) for c in resumed.calls) == 12, "every row encoded again"
+    np.testing.assert_array_equal(emb.queries, expected_rows(q_texts))
+    np.testing.assert_array_equal(emb.corpus, expected_rows(d_texts))
+
+
 def _snapshot(path):
     return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
 
@@ -495,7 +526,7 @@ def _drop_fingerprint(emb):
     (emb.path / "meta.json").write_text(json.dumps(meta))
 
 
-@pytest.mark.parametrize("case", ["n_queries", "doc_order", "query_order", "doc_text", "query_text",
+@pytest.mark.parametrize("case", ["n_queries", "doc_order", "query_order", "doc_text", "doc_title", "query_text",
                                   "query_id_file", "legacy_query_line", "legacy_query_count", "prefix"])
 def test_every_refusal_names_what_changed_and_how_to_rebuild(seven, tmp_path, case):
     # the whole message, written out by hand for each difference verify_cache looks for
@@ -518,6 +549,9 @@ def test_every_refusal_names_what_changed_and_how_to_rebuild(seven, tmp_path, ca
         want = stale.format("query ids or their order") + f"; {hint}"
     elif case == "doc_text":
         (seven / "corpus.jsonl").write_text((seven / "corpus.jsonl").read_text().replace('"text 2"', '"other"'))
+        want = stale.format("document texts") + f"; {hint}"
+    elif case == "doc_title":  # a title is encoded with its text ("D: T text 1"): the ids and texts stay
+        (seven / "corpus.jsonl").write_text((seven / "corpus.jsonl").read_text().replace('"title": "T"', '"title": "U"', 1))
         want = stale.format("document texts") + f"; {hint}"
     elif case == "query_text":
         (seven / "queries.jsonl").write_text((seven / "queries.jsonl").read_text().replace('"ask 3"', '"asked"'))

@@ -321,6 +321,7 @@ def test_sizes_are_written_in_the_largest_unit():
 
 
 # --------------------------------------------------------------------------- Ray
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under xdist
 @pytest.mark.slow
 def test_ray_executor_gives_the_one_process_cache(nine, tmp_path, monkeypatch):
     pytest.importorskip("ray")

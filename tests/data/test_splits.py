@@ -115,6 +115,16 @@ def test_adaptation_split_test_only_is_60_20_20(tmp_path):
     sp = adaptation_split(load_beir(root), seed=3)
     assert [len(sp[k]) for k in ("train", "validation", "test")] == [24, 8, 8]
     assert sorted(sp["train"] + sp["validation"] + sp["test"]) == sorted(f"q{i}" for i in range(40))
+    # the parts themselves, not only their sizes (validation and test are both 8 long, so sizes
+    # cannot tell them apart): the sorted labelled ids, numpy's permutation with the seed asked
+    # for, cut 24 / 8 / 8
+    srt = sorted(f"q{i}" for i in range(40))
+    for seed in (3, 4):
+        perm = [srt[i] for i in np.random.default_rng(seed).permutation(40)]
+        assert adaptation_split(load_beir(root), seed=seed) == {
+            "train": perm[:24], "validation": perm[24:32], "test": perm[32:]}, seed
+    default = [srt[i] for i in np.random.default_rng(20260809).permutation(40)]
+    assert adaptation_split(load_beir(root))["validation"] == default[24:32]
 
 
 def test_scifact_adaptation_split(shared_dir):

@@ -49,3 +49,68 @@ def test_quick_cell_runs_and_is_paired(shared_dir):
     again = cell(cfg)  # deterministic given the seeds (wall times aside)
     assert {k: v for k, v in out.items() if not k.endswith("_seconds")} == {
         k: v for k, v in again.items() if not k.endswith("_seconds")}
+
+
+def _train_qrels_from_file(shared_dir):
+    out: dict[str, dict[str, int]] = {}
+    for line in (shared_dir / "data" / "scifact" / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        q, doc, g = line.split("\t")
+        out.setdefault(q, {})[doc] = int(g)
+    return out
+
+
+def test_cell_trains_every_model_on_its_seeded_subset_and_reports_on_its_positives(shared_dir, monkeypatch):
+    """The cell's split wiring, against the qrels files and numpy's seeded permutations (not
+    asymgeo's split code): the adaptation train split (SciFact's 80/20 carve of train.tsv, seed
+    20260809), then the n-query prefix of the permutation seeded by the cell's subset seed
+    (SeedSequence(master, spawn_key=(1, seed_index))).  Every fit (closed form and trained) gets
+    exactly those queries' embeddings, positives and relevant rows, and the generalisation
+    report calls those n queries (not the 647) the training queries."""
+    import asymgeo.adapters.baseline as baseline
+    import asymgeo.adapters.generalisation as generalisation
+    from asymgeo.adapters import Adapter
+    from asymgeo.data import load_embeddings
+
+    train = _train_qrels_from_file(shared_dir)
+    labelled = sorted(q for q, docs in train.items() if any(g > 0 for g in docs.values()))
+    carve = [labelled[i] for i in np.random.default_rng(20260809).permutation(len(labelled))]
+    pool = sorted(carve[:round(0.8 * len(labelled))])
+    master, seed_index, n = 7, 1, 32
+    subset_seed = int(np.random.SeedSequence(master, spawn_key=(1, seed_index)).generate_state(2, np.uint64)[0]
+                      >> np.uint64(1))
+    want = [pool[i] for i in np.random.default_rng(subset_seed).permutation(len(pool))][:n]
+    emb = load_embeddings("scifact", "all-MiniLM-L6-v2", cache_dir=shared_dir / "embeddings")
+    X_want = np.asarray(emb.queries[emb.query_rows(want)], np.float32)
+    ids = list(emb.corpus_ids)
+    rel_want = [{ids.index(doc) for doc, g in train[q].items() if g > 0} for q in want]
+
+    fits, reports = [], []
+    real_fit, real_cf, real_rep = Adapter.fit, baseline.closed_form_adapter, generalisation.generalisation_report
+
+    def fit_spy(self, X, pos, corpus, *a, relevant_rows=None, **k):
+        fits.append(("trained", np.asarray(X, np.float32), np.asarray(pos), relevant_rows))
+        return real_fit(self, X, pos, corpus, *a, relevant_rows=relevant_rows, **k)
+
+    def cf_spy(X, pos, corpus, **k):
+        fits.append(("closed form", np.asarray(X, np.float32), np.asarray(pos), None))
+        return real_cf(X, pos, corpus, **k)
+
+    def rep_spy(data, train_query_ids, *a, **k):
+        reports.append(list(train_query_ids))
+        return real_rep(data, train_query_ids, *a, **k)
+
+    monkeypatch.setattr(Adapter, "fit", fit_spy)
+    monkeypatch.setattr(baseline, "closed_form_adapter", cf_spy)
+    monkeypatch.setattr(generalisation, "generalisation_report", rep_spy)
+    out = cell({"dataset": "scifact", "encoder": "all-MiniLM-L6-v2", "n": n, "seed_index": seed_index, "rank": 4,
+                "epochs": 1, "master_seed": master, "data_dir": str(shared_dir / "data"),
+                "cache_dir": str(shared_dir / "embeddings"), "hard_negatives": 8, "init": "closed_form",
+                "learning_rates": "1e-3"})
+    assert out["subset_seed"] == subset_seed
+    assert [f[0] for f in fits] == ["closed form"] * 2 + ["trained"] * 4
+    for kind, X, pos, rel in fits:
+        np.testing.assert_array_equal(X, X_want, err_msg=kind)
+        assert all(ids[int(r)] in train[q] and train[q][ids[int(r)]] > 0 for q, r in zip(want, pos)), kind
+        if rel is not None:
+            assert [set(int(i) for i in r) for r in rel] == rel_want
+    assert reports == [want]

@@ -280,6 +280,7 @@ def test_missing_ray_names_the_extra(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- Ray
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under xdist
 @pytest.mark.slow
 def test_ray_executor_matches_local(tmp_path):
     ray = pytest.importorskip("ray")
@@ -426,6 +427,7 @@ def test_ctrl_c_in_the_process_pool_keeps_finished_cells_and_resumes(tmp_path, m
     assert _records(tmp_path) == _records(ref)
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under xdist
 def test_ray_executor_starts_and_stops_its_own_cluster_and_reports_a_failed_cell(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()

@@ -345,6 +345,11 @@ def test_cars_on_real_mpnet_triples_takes_the_fast_paths_and_matches_naive(share
     assert inputs.get("thin:grams_given") == 2 * len(splits) and inputs.get("thin:grams_formed") == 1
     assert "thin:householder_retry" not in inputs, "every half's Gram blocks gave a certified answer"
     assert inputs.get("mixed:float32_given") == 2 * len(splits) and "mixed:float32_formed" not in inputs
+    # the second half's float32 symmetric part: by complement exactly when the halves cover the
+    # triples (no float64 half moment is formed on this path at all)
+    done, other = ("half:float32_by_complement", "half:float32_formed")[::1 if complement else -1]
+    assert inputs.get(done) == len(splits) and other not in inputs
+    assert "half:moment_by_complement" not in inputs and "half:moment_formed" not in inputs
     _assert_close_to_naive(res, naive_cars_score(X, Yp, Yn, 8, splits))
 
 
@@ -365,7 +370,19 @@ def test_cars_halves_too_large_for_thin_factors_refine_with_the_float64_moment(m
     counts = path_counts()
     assert counts.get("eigen:mixed") == 2 * len(splits) + 1
     assert counts.get("singular:thin", 0) == 0
+    # each pair's second moment came from the full one (the halves cover the triples), and no
+    # float32 half was cut (the moments are formed on this path)
+    inputs = path_counts(inputs=True)
+    assert inputs.get("half:moment_by_complement") == len(splits) and "half:moment_formed" not in inputs
+    assert not {k for k in inputs if k.startswith("half:float32")}
     _assert_close_to_naive(res, naive)
+    # halves that leave triples out: the second moment is formed from its rows
+    gaps = _random_splits(rng, n, 2, complement=False)
+    reset_path_counts()
+    res_gaps = cars_score(X, Yp, Yn, r, splits=gaps, n_jobs=1, solver="dense")
+    inputs = path_counts(inputs=True)
+    assert inputs.get("half:moment_formed") == len(gaps) and "half:moment_by_complement" not in inputs
+    _assert_close_to_naive(res_gaps, naive_cars_score(X, Yp, Yn, r, gaps))
 
     monkeypatch.setattr(solver_choice, "mixed_probe", lambda C, rank: None)
     reset_path_counts()

@@ -497,14 +497,24 @@ def test_search_trec_order_widens_past_a_tie_group_larger_than_its_margin():
     largest ids; the search must widen until the whole group is seen."""
     from asymgeo.retrieval.search import TIE_MARGIN, search_trec_order
 
-    n_tied = 40
+    n_tied, n_distinct = 40, 40
     assert n_tied > TIE_MARGIN + 10
-    corpus = np.vstack([np.tile([1.0, 0.0], (n_tied, 1)), [[0.0, 1.0]] * 5]).astype(np.float32)
+    # rows 0..39 tie for the first query; rows 40..79 score distinct values for the second, whose
+    # cut never ties: with two queries "some query ties at the cut" and "every query does"
+    # differ (with one query they agree, and a widening that waits for every row passed)
+    corpus = np.vstack([np.tile([1.0, 0.0], (n_tied, 1)),
+                        np.c_[np.zeros(n_distinct), np.linspace(2.0, 1.0, n_distinct)]]).astype(np.float32)
     ids = [f"d{i:03d}" for i in range(corpus.shape[0])]
-    got = search_trec_order(np.array([[1.0, 0.0]], dtype=np.float32), corpus, 10, ids)
-    want = sorted(range(n_tied), key=lambda i: ids[i], reverse=True)[:10]  # trec_eval: id descending
-    assert got.indices[0].tolist() == want and got.indices.shape == (1, 10)
-    np.testing.assert_array_equal(got.scores, np.ones((1, 10), np.float32))
+    queries = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    for rows in ([0], [0, 1], [1, 0]):
+        got = search_trec_order(queries[rows], corpus, 10, ids)
+        S = queries[rows].astype(np.float64) @ corpus.T.astype(np.float64)
+        for i, row in enumerate(S):  # trec_eval: score descending, then id descending
+            want = sorted(range(len(ids)), key=lambda j: (-row[j], [-ord(c) for c in ids[j]]))[:10]
+            assert got.indices[i].tolist() == want, (rows, i)
+            np.testing.assert_array_equal(got.scores[i], row[want].astype(np.float32))
+        assert got.indices.shape == (len(rows), 10)
+    assert sorted(range(n_tied), key=lambda i: ids[i], reverse=True)[:10] == list(range(39, 29, -1))
 
 
 def test_auto_backend_skips_importing_torch_without_an_nvidia_device(monkeypatch):

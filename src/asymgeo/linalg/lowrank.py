@@ -77,8 +77,12 @@ def path_counts(*, inputs: bool = False) -> dict[str, int]:
     attempt that used precomputed Gram blocks, or formed them) and ``"mixed:float32_given"`` /
     ``"mixed:float32_formed"`` (a mixed-precision eigensolve of a moment's factors with its
     float32 symmetric part passed in, or formed by ``ssyr2k``), and ``"thin:householder_retry"``
-    (the pivoted-Cholesky core failed its certificate, so a full QR basis answered): CARS's
-    accelerations, which change the cost and never the answer, are proved to run by these.
+    (the pivoted-Cholesky core failed its certificate, so a full QR basis answered); CARS's
+    second half of a pair (:mod:`.solver_choice`) counts ``"half:moment_by_complement"`` /
+    ``"half:moment_formed"`` (its float64 moment from the full one, ``n C = m1 C1 + m2 C2``, when
+    the halves cover the data, or formed from its rows) and ``"half:float32_by_complement"`` /
+    ``"half:float32_formed"`` (the same for its float32 symmetric part): CARS's accelerations,
+    which change the cost and never the answer, are proved to run by these.
     """
     with _COUNTS_LOCK:
         return dict(_INPUTS if inputs else _COUNTS)

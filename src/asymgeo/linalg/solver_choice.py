@@ -42,6 +42,7 @@ from .lowrank import (
     KRYLOV_MIN_GAP,
     MIXED_MIN_DIM,
     MixedProbe,
+    _count_input,
     krylov_suits,
     mixed_probe,
     top_eigen,
@@ -210,7 +211,9 @@ def _half_moments(
     n, m1, m2 = X.shape[0], I1.size, I2.size
     C1 = X1.T @ D1 / m1
     if m1 + m2 == n:
+        _count_input("half:moment_by_complement")
         return C1, (n * moment - m1 * C1) / m2
+    _count_input("half:moment_formed")
     return C1, X[I2].T @ D[I2] / m2
 
 
@@ -237,7 +240,9 @@ class _Float32Triples:
         S1 = self.symmetric_part(I1)
         m1, m2 = I1.size, I2.size
         if m1 + m2 != n:
+            _count_input("half:float32_formed")
             return S1, self.symmetric_part(I2)
+        _count_input("half:float32_by_complement")
         S2 = self.S_all32 * np.float32(n / m2)  # complement: n S = m1 S1 + m2 S2
         S2 -= np.float32(m1 / m2) * S1
         return S1, S2
