@@ -86,7 +86,8 @@ def test_halves_of_more_than_3p_4_triples_take_the_formed_moment_and_the_mixed_s
     reset_path_counts()
     s1, s2 = solver.half_spectra(I1, I2)
     assert path_counts() == {"singular:mixed": 2, "eigen:mixed": 2}
-    assert path_counts(inputs=True) == {}
+    half = "half:moment_by_complement" if cover else "half:moment_formed"
+    assert path_counts(inputs=True) == {half: 1}
     _check_against_dense(_moment(X, D, I1), s1, r)
     _check_against_dense(_moment(X, D, I2), s2, r)
 
@@ -106,7 +107,8 @@ def test_halves_of_fewer_than_3p_4_triples_take_the_thin_factors(cover):
     reset_path_counts()
     s1, s2 = solver.half_spectra(I1, I2)
     assert path_counts() == {"singular:thin": 2, "eigen:mixed": 2}
-    assert path_counts(inputs=True) == {"thin:grams_given": 2, "mixed:float32_given": 2}
+    half = "half:float32_by_complement" if cover else "half:float32_formed"
+    assert path_counts(inputs=True) == {"thin:grams_given": 2, "mixed:float32_given": 2, half: 1}
     _check_against_dense(_moment(X, D, I1), s1, r)
     _check_against_dense(_moment(X, D, I2), s2, r)
 
@@ -122,7 +124,7 @@ def test_a_declined_probe_sends_every_half_to_float64_lapack(monkeypatch):
     reset_path_counts()
     s1, s2 = solver.half_spectra(I1, I2)
     assert path_counts() == {"singular:thin": 2, "eigen:subset": 2}
-    assert path_counts(inputs=True) == {"thin:grams_given": 2}
+    assert path_counts(inputs=True) == {"thin:grams_given": 2, "half:moment_by_complement": 1}  # the halves cover the data
     _check_against_dense(_moment(X, D, I1), s1, r)
     _check_against_dense(_moment(X, D, I2), s2, r)
 
