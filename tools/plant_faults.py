@@ -25,6 +25,19 @@ SRC = ROOT / "src" / "asymgeo"
 
 #: (description, file under src/asymgeo, old, new, pytest arguments)
 FAULTS: list[tuple[str, str, str, str, list[str]]] = [
+    ("the memory's gate ignores its threshold", "retrieval/memory.py",
+     "np.maximum(np.asarray(similarity, dtype=np.float32) - np.float32(threshold), 0.0)",
+     "np.maximum(np.asarray(similarity, dtype=np.float32), 0.0)",
+     ["tests/retrieval/test_memory.py", "-k", "by_hand"]),
+    ("a remembered document already in the map's top k keeps its unboosted score", "retrieval/memory.py",
+     "    bs[hit] = total[rows, s[hit]]\n", "    pass\n",
+     ["tests/retrieval/test_memory.py", "-k", "brute_force"]),
+    ("the memory's guard on document-disjoint validation queries is ignored", "adapters/memory.py",
+     "ok = (not guard) or d_prot >= 0.0", "ok = True",
+     ["tests/adapters/test_document_memory.py", "-k", "guard"]),
+    ("the validation queries never join the deployed memory", "adapters/workflow.py",
+     "        mem.extend(d.V, _relevant_rows(d, val_ids))\n", "        pass\n",
+     ["tests/adapters/test_document_memory.py", "-k", "fit_adapter_deploys"]),
     ("fit selects its checkpoint on the test split", "adapters/workflow.py",
      "validation_queries=V, validation_relevance=vtable)", "validation_queries=d.T, validation_relevance=d.test)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
