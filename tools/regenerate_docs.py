@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     _timed("auto_geometry page", lambda: summary_page(auto_geometry, "auto_geometry",
                                                       docs / f"auto_geometry{suffix}.md"), log)
     _timed("population page", lambda: summary_page(population, "population", docs / f"population{suffix}.md"), log)
+    from asymgeo.experiments.peers import main as peers_main
+
+    _timed("peers page", lambda: peers_main([str(results / f"peers{suffix}"), str(docs / f"peers{suffix}.md")]), log)
     (docs / "results").mkdir(parents=True, exist_ok=True)
     _timed("adapters page", lambda: adapters_main([str(results / f"adapters{suffix}"), str(docs / "results")]), log)
     total = sum(s for _, s in log)

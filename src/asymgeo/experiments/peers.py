@@ -43,6 +43,9 @@ LABELS = {"default": "asymgeo default (map + memory)", "map_only": "asymgeo map 
           "paper": "paper protocol (dual, all validation)", "query_only": "query-only linear adapter",
           "prior": "document prior (train positives)", "prior_all": "document prior (train + validation positives)",
           "finetune": "full fine-tune (MNRL)", "frozen": "frozen"}
+#: one colour per method in the frontier figure (the default's is the only red)
+COLOURS = {"default": "C3", "map_only": "C0", "paper": "C1", "query_only": "C2", "prior": "C4", "prior_all": "C5",
+           "finetune": "C6"}
 #: methods that train and so take a seed
 TRAINED = ("default", "map_only", "paper", "query_only")
 
@@ -270,13 +273,15 @@ def plot_frontier(s: dict[str, Any], out: str | Path) -> Path:
             ax.errorbar(c["all"]["diff"], u["diff"], xerr=[[c["all"]["diff"] - c["all"]["ci_low"]],
                                                           [c["all"]["ci_high"] - c["all"]["diff"]]],
                         yerr=[[u["diff"] - u["ci_low"]], [u["ci_high"] - u["diff"]]], fmt="o", capsize=2,
-                        label=LABELS.get(m, m), color="C3" if m == "default" else None)
+                        label=LABELS.get(m, m), color=COLOURS.get(m, "C7"))
         ax.axhline(0, color="grey", lw=0.8, ls="--")
         ax.axvline(0, color="grey", lw=0.8, ls="--")
         ax.set_title(f"{g['dataset']} / {g['encoder']}", fontsize=9)
         ax.set_xlabel("gain over frozen, all queries")
-        ax.set_ylabel("gain over frozen, unseen-doc" if g["n"]["unseen"] else "gain (no unseen-doc queries)")
-    axes[0][0].legend(fontsize=6, loc="lower left")
+        ax.set_ylabel("gain over frozen, unseen-doc" if g["n"]["unseen"]
+                      else "no unseen-doc queries: all-query gain again")
+    widest = max(range(len(groups)), key=lambda i: len(groups[i]["methods"]))  # the panel with every method
+    axes[0][widest].legend(fontsize=6, loc="lower left")
     fig.tight_layout()
     import io
 
