@@ -400,6 +400,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
     if memory not in MEMORY_CHOICES:
         raise ValueError(f"memory: expected one of {', '.join(map(repr, MEMORY_CHOICES))}, got {memory!r}")
+    if geometry == "query" and form != "augmented":  # before any data is loaded or mined
+        raise ValueError("form: geometry='query' (a p x p map on queries from the identity) needs form='augmented'")
     from .adapter import check_anchor
 
     anchor = check_anchor(anchor)  # before any data is loaded (``fit --anchor 1e30``)
@@ -506,7 +508,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         metrics["memory"] = {**mem.describe(), "kept": ad.memory_ is not None}
         warnings_.extend(mem.notes_)
     seen_ids = list(tr.query_ids) + (list(d.validation.query_ids) if ad.memory_ is not None else [])
-    metrics["deployed"] = {"test_ndcg@10": float(np.mean(_adapter_ndcg(d.T, d.test, d.corpus, ad, cids))),
+    deployed = (metrics["trained"]["test_ndcg@10"] if ad.memory_ is None  # the map alone: scored above already
+                else float(np.mean(_adapter_ndcg(d.T, d.test, d.corpus, ad, cids))))
+    metrics["deployed"] = {"test_ndcg@10": deployed,
                            "memory": ad.memory_ is not None,
                            "seen_documents_from": "train + validation queries" if ad.memory_ is not None
                            else "train queries"}
