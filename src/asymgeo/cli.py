@@ -680,7 +680,8 @@ def _run_evaluate_adapter(args) -> int:
 # --------------------------------------------------------------------------- fit
 #: ``asymgeo fit``'s training defaults beyond the paper's protocol, chosen on validation by the
 #: generalisation study (docs/generalisation.md); ``--selection all --anchor 0`` is the paper's.
-_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation", "memory": "auto"}
+_FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation", "memory": "auto",
+                      "candidates": "joint"}
 
 @_command("fit")
 def _add_fit(sub):
@@ -716,6 +717,12 @@ def _add_fit(sub):
                    help="auto (default): add the gated document memory on top of the map (training positives "
                         "raised for new queries close to the queries that found them; gate chosen on validation "
                         "so that document-disjoint validation queries lose nothing); none: the map alone")
+    p.add_argument("--candidates", choices=["joint", "family"], default=_FIT_DEFAULTS["candidates"],
+                   help="with --geometry auto, --memory auto and the default --selector: joint (default): the query-only map (checkpoint "
+                        "chosen on the selection queries, and on all validation queries) joins the selector's "
+                        "family, each with its memory, and the whole with the best validation NDCG@10 is kept "
+                        "unless it is below frozen beyond noise on document-disjoint validation queries; family: "
+                        "the selector's family alone")
     p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
                    help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
                         + "; validation (default: train both, keep the better); ranking (the closed-form I + cM's "
@@ -797,7 +804,7 @@ def _run_fit(args) -> int:
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
-                      anchor=args.anchor, selector=args.selector, memory=args.memory, mining=args.mining,
+                      anchor=args.anchor, selector=args.selector, memory=args.memory, candidates=args.candidates, mining=args.mining,
                       allow_test_overlap=args.allow_test_overlap,
                       data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
                       progress=not args.no_progress)
@@ -850,6 +857,13 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
               f"{a['validation_dual']:.4f}, dual - shared {a['diff']:+.4f} +/- {a['standard_error']:.4f} over "
               f"{a['n_validation']} queries; CARS {a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> "
               f"{a['cars_choice']})")
+    if m.get("joint"):
+        j = m["joint"]
+        parts = [f"{n} {c['validation_ndcg@10']:.4f}" + ("" if c["feasible"] else " (guard)")
+                 for n, c in j["candidates"].items()]
+        print(f"deployed: {j['choice']} + memory, by {j['rule']} (validation NDCG@10 with memory: "
+              + ", ".join(parts) + f"; guard: not below frozen beyond noise on {j['n_protected']} "
+              "document-disjoint validation queries)")
     mining = m.get("mining") or {}
     if mining.get("index", "exact") != "exact":
         print(f"mining: {mining['index']} (approximate), recall@{mining['k']} {mining['recall']:.3f} against exact "

@@ -350,7 +350,8 @@ def test_auto_fit_trains_both_families_and_keeps_the_validation_choice(shared_di
     import numpy as np
 
     rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=64, epochs=2,
-                      learning_rates=(1e-3,), data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+                      learning_rates=(1e-3,), candidates="family", data_dir=shared_dir / "data",
+                      cache_dir=shared_dir / "embeddings")
     a = rep.metrics["auto"]
     assert set(rep.candidates) == {"shared", "dual"}
     assert rep.adapter is rep.candidates[a["choice"]] and rep.adapter.geometry_ == a["choice"]
@@ -1020,7 +1021,7 @@ def test_fit_report_figures_equal_pytrec_eval_through_each_operator(shared_dir):
 
     kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
     rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=2, n_train=32, epochs=1, seed=3,
-                      learning_rates=(1e-3,), selection="all", report=False, **kw)
+                      learning_rates=(1e-3,), selection="all", report=False, candidates="family", **kw)
     d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", **kw)
     p = d.corpus.shape[1]
 

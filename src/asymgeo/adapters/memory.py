@@ -62,6 +62,7 @@ class DocumentMemory:
     scale_ : float, the score spread ``alpha`` is a multiple of.
     table_ : :class:`~asymgeo.retrieval.memory.MemoryTable`, the keys and their documents.
     validation_ndcg_ : validation NDCG@10 with the chosen memory (map alone: ``map_validation_ndcg_``).
+    validation_values_ : (m,) the per-query NDCG@10 behind ``validation_ndcg_`` (before :meth:`extend`).
     protected_diff_ : mean NDCG@10 change on the protected validation queries (or None).
     n_protected_ : int.  history_ : one record per (tau, alpha) tried.  notes_ : list of str.
     """
@@ -126,6 +127,7 @@ class DocumentMemory:
         nearest = (V @ table.keys.T).max(axis=1) if table.n_keys else np.zeros(V.shape[0], dtype=np.float32)
         taus = sorted({float(min(np.quantile(nearest, q), 0.999)) for q in qs})
         best = (self.map_validation_ndcg_, 1.0, 0.0, 0.0)  # (ndcg, tau, alpha, protected diff): no memory
+        best_values = base
         self.history_: list[dict[str, float]] = []
         for tau in sorted(taus, reverse=True):  # strictest first: on a tie the stricter gate stays
             unit = memory_boosts(V, table, tau, 1.0)
@@ -141,7 +143,9 @@ class DocumentMemory:
                 # ties: the stricter gate, then the smaller weight
                 if ok and (v.mean() > best[0] + 1e-12):
                     best = (float(v.mean()), tau, alpha, d_prot)
+                    best_values = v
         self.validation_ndcg_, self.threshold_, self.weight_, d = best
+        self.validation_values_ = np.asarray(best_values, dtype=np.float64)
         self.protected_diff_ = d if prot.any() else None
         self.table_ = table
         return self
@@ -181,6 +185,7 @@ class DocumentMemory:
         m.table_, m.threshold_, m.weight_ = table, float(threshold), float(weight)
         m.scale_, m.notes_, m.history_ = float("nan"), [], []
         m.validation_ndcg_ = m.map_validation_ndcg_ = float("nan")
+        m.validation_values_ = np.zeros(0, dtype=np.float64)
         m.protected_diff_, m.n_protected_ = None, 0
         return m
 

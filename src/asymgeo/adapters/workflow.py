@@ -226,28 +226,102 @@ def _relevant_rows(d: AdaptationData, query_ids: Sequence[str]) -> list[set[int]
     return out
 
 
-def fit_memory(d: AdaptationData, train_query_ids: Sequence[str], X: Any, relevant: Sequence[set[int]],
-               operator: Any, *, corpus_ids: Sequence[str] | None = None) -> Any:
-    """The :class:`~asymgeo.adapters.memory.DocumentMemory` of ``fit_adapter(memory="auto")``.
-
-    Keys: the training queries ``X`` with their relevant rows; the gate and weight are chosen
-    on all of ``d``'s validation queries, protecting those none of whose relevant documents is
-    a training positive (the document-disjoint validation queries); then the validation
-    queries join the keys.
-    """
+def protected_validation(d: AdaptationData, train_query_ids: Sequence[str]) -> np.ndarray:
+    """Boolean mask over ``d``'s validation queries: those none of whose relevant documents is a
+    positive of ``train_query_ids`` (the document-disjoint validation queries)."""
     from ..retrieval.generalisation import seen_document_split, seen_documents
-    from .memory import DocumentMemory
 
     val_ids = list(d.validation.query_ids)
     seen = seen_documents(d.qrels, train_query_ids)
     unseen = set(seen_document_split({q: d.qrels[q] for q in val_ids}, seen).unseen)
-    protected = np.array([q in unseen for q in val_ids], dtype=bool)
+    return np.array([q in unseen for q in val_ids], dtype=bool)
+
+
+def fit_memory(d: AdaptationData, train_query_ids: Sequence[str], X: Any, relevant: Sequence[set[int]],
+               operator: Any, *, corpus_ids: Sequence[str] | None = None, extend: bool = True) -> Any:
+    """The :class:`~asymgeo.adapters.memory.DocumentMemory` of ``fit_adapter(memory="auto")``.
+
+    Keys: the training queries ``X`` with their relevant rows; the gate and weight are chosen
+    on all of ``d``'s validation queries, protecting those none of whose relevant documents is
+    a training positive (the document-disjoint validation queries); then (``extend``) the
+    validation queries join the keys.
+    """
+    from .memory import DocumentMemory
+
+    val_ids = list(d.validation.query_ids)
+    protected = protected_validation(d, train_query_ids)
     mem = DocumentMemory().fit(np.asarray(X, dtype=np.float32), list(relevant), d.corpus,
                                validation_queries=d.V, validation_relevance=d.validation, protected=protected,
                                operator=operator, corpus_ids=corpus_ids)
-    if mem.weight_ > 0:
+    if extend and mem.weight_ > 0:
         mem.extend(d.V, _relevant_rows(d, val_ids))
     return mem
+
+
+#: ``candidates`` choices of :func:`fit_adapter`.
+CANDIDATE_SETS = ("joint", "family")
+#: confidence of the unseen-document guard of :func:`choose_deployment`
+GUARD_CONFIDENCE = 0.95
+
+
+def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, protected: np.ndarray, *,
+                      seed: int = 0, min_protected: int | None = None) -> dict[str, Any]:
+    r"""``fit_adapter(candidates="joint")``: which map + memory to deploy, decided on validation.
+
+    ``candidates`` maps a name to ``(adapter, memory)``: a trained map and the
+    :class:`~asymgeo.adapters.memory.DocumentMemory` fitted on top of it (before
+    :meth:`~asymgeo.adapters.memory.DocumentMemory.extend`).  Each is scored by its memory's
+    per-query validation NDCG@10 ``v_c`` (``memory.validation_values_``: map plus memory on
+    every validation query).  The *guard*: on the ``protected`` validation queries (none of
+    whose relevant documents is a training positive) the paired difference
+    ``v_c - frozen_values`` must not be below zero beyond noise, that is the upper end of its
+    95% bootstrap interval (:func:`~asymgeo.retrieval.compare.paired_comparison`) is
+    :math:`\ge 0`.  Among the candidates that pass, the one with the highest mean
+    :math:`\bar v_c` is deployed (ties: the first listed).  With fewer than ``min_protected``
+    protected queries the guard is not applied and ``note`` says so; when no candidate
+    passes, the one with the highest protected mean is deployed (``note`` says so).
+
+    Returns ``{"choice", "rule", "note", "n_protected", "candidates": {name: record}}``.
+    """
+    from ..retrieval.compare import paired_comparison
+
+    if not candidates:
+        raise ValueError("candidates: expected at least one (adapter, memory) pair")
+    if min_protected is None:
+        min_protected = MIN_DISJOINT_VALIDATION
+    prot = np.asarray(protected, dtype=bool)
+    fz = np.asarray(frozen_values, dtype=np.float64)
+    guard = int(prot.sum()) >= int(min_protected)
+    records: dict[str, dict[str, Any]] = {}
+    for name, (ad, mem) in candidates.items():
+        v = np.asarray(mem.validation_values_, dtype=np.float64)
+        if v.shape != fz.shape or prot.shape != fz.shape:
+            raise ValueError(f"candidates[{name!r}]: validation values of shape {v.shape}, frozen {fz.shape}, "
+                             f"protected {prot.shape}: expected one value per validation query")
+        rec: dict[str, Any] = {"geometry": ad.geometry_, "validation_ndcg@10": float(v.mean()),
+                               "map_validation_ndcg@10": float(mem.map_validation_ndcg_),
+                               "memory_weight": float(mem.weight_)}
+        if prot.any():
+            rec["protected_diff"] = float((v - fz)[prot].mean())
+        if guard:
+            cmp = paired_comparison(v[prot], fz[prot], n_boot=2000, confidence=GUARD_CONFIDENCE, seed=seed)
+            rec.update(protected_ci_low=cmp.ci_low, protected_ci_high=cmp.ci_high)
+        rec["feasible"] = bool((not guard) or rec["protected_ci_high"] >= 0.0)
+        records[name] = rec
+    feasible = [n for n, r in records.items() if r["feasible"]]
+    note, rule = "", "highest validation NDCG@10 among the guarded candidates"
+    if not guard:
+        note = (f"deployment: only {int(prot.sum())} validation queries have no training-positive document "
+                f"(< {min_protected}): the map is chosen on all validation queries without the unseen-document guard")
+        rule = "highest validation NDCG@10 (no guard)"
+    if not feasible:
+        choice = max(records, key=lambda n: records[n].get("protected_diff", 0.0))
+        note = ("deployment: every candidate is below frozen beyond noise on the document-disjoint validation "
+                f"queries; deploying {choice!r}, the least harmful there")
+        rule = "least harm on protected validation queries"
+    else:
+        choice = max(feasible, key=lambda n: (records[n]["validation_ndcg@10"], -list(records).index(n)))
+    return {"choice": choice, "rule": rule, "note": note, "n_protected": int(prot.sum()), "candidates": records}
 
 
 def _adapter_ndcg(queries: np.ndarray, table: Any, corpus: np.ndarray, adapter: Adapter,
@@ -329,6 +403,7 @@ class FitReport:
     split: dict[str, Any] = field(default_factory=dict)
     adapter_train_ids: list[str] = field(default_factory=list, repr=False)
     candidates: dict[str, Adapter] = field(default_factory=dict, repr=False)
+    joint: dict[str, Adapter] = field(default_factory=dict, repr=False)
 
 
 def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, report
@@ -348,6 +423,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     anchor: float = 0.0,
     selector: str = DEFAULT_AUTO_SELECTOR,
     memory: str = "auto",
+    candidates: str = "joint",
     mining: str = "exact",
     report: bool = True,
     allow_test_overlap: bool = False,
@@ -383,6 +459,14 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     the map alone; then the validation queries join its keys), kept as ``adapter.memory_``
     when it helps on validation; ``"none"``: the map alone.  ``metrics["memory"]`` records it
     and ``metrics["deployed"]`` scores what the adapter does (map plus memory).
+    ``candidates`` (``geometry="auto"`` with ``memory="auto"`` and the default ``selector``; a
+    named selector decides the family alone): ``"joint"`` (default) decides
+    the deployed whole, map plus memory: the family the selector picked, the query-only map
+    with its checkpoint chosen on the selection queries and the query-only map chosen on all
+    validation queries each get a memory, and :func:`choose_deployment` keeps the one with the
+    highest validation NDCG@10 among those not below frozen beyond noise on the
+    document-disjoint validation queries (``metrics["joint"]``, ``FitReport.joint``);
+    ``"family"``: the selector's family alone carries the memory.
     Returns the trained adapter, the closed-form baseline of the same geometry, the
     validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
     generalisation table (:func:`~asymgeo.adapters.generalisation.generalisation_report`) in
@@ -400,6 +484,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         raise ValueError(f"selection: expected one of {', '.join(map(repr, SELECTIONS))}, got {selection!r}")
     if memory not in MEMORY_CHOICES:
         raise ValueError(f"memory: expected one of {', '.join(map(repr, MEMORY_CHOICES))}, got {memory!r}")
+    if candidates not in CANDIDATE_SETS:
+        raise ValueError(f"candidates: expected one of {', '.join(map(repr, CANDIDATE_SETS))}, got {candidates!r}")
     if geometry == "query" and form != "augmented":  # before any data is loaded or mined
         raise ValueError("form: geometry='query' (a p x p map on queries from the identity) needs form='augmented'")
     from .adapter import check_anchor
@@ -455,12 +541,13 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         V, vtable, note = document_disjoint_validation(d, tr.query_ids)
         if note:
             warnings_.append(note)
-    def train(family: str) -> Adapter:
+    def train(family: str, sel_V: np.ndarray | None = None, sel_table: Any = None) -> Adapter:
         a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
                     epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
                     progress=progress)
         return a.fit(tr.X, tr.pos_rows, d.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
-                     validation_queries=V, validation_relevance=vtable)
+                     validation_queries=V if sel_V is None else sel_V,
+                     validation_relevance=vtable if sel_table is None else sel_table)
 
     auto = None
     fitted: dict[str, Adapter] = {}
@@ -479,11 +566,31 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         ad.selection_ = cars
     else:
         ad = train(geometry)
+    cids = d.corpus_ids or None
+    joint = None
+    mem = None
+    joint_maps: dict[str, Adapter] = {}
+    if memory == "auto" and geometry == "auto" and candidates == "joint" and selector == DEFAULT_AUTO_SELECTOR:
+        # the deployed whole is map + memory: the query-only family joins as a candidate map, its
+        # checkpoint chosen on the selection queries and (the paper's protocol) on all validation queries
+        joint_maps = {f"{ad.geometry_} ({selection})": ad, f"query ({selection})": train("query")}
+        if selection != "all":
+            joint_maps["query (all)"] = train("query", d.V, d.validation)
+        mems = {name: fit_memory(d, tr.query_ids, tr.X, relevant, a.operator_, corpus_ids=cids, extend=False)
+                for name, a in joint_maps.items()}
+        joint = choose_deployment({n: (joint_maps[n], mems[n]) for n in joint_maps},
+                                  _per_query_ndcg(d.V, d.validation, d.corpus, None, cids),
+                                  protected_validation(d, tr.query_ids), seed=seed)
+        if joint["note"]:
+            warnings_.append(joint["note"])
+        ad, mem = joint_maps[joint["choice"]], mems[joint["choice"]]
+        ad.selection_ = cars
+        if mem.weight_ > 0:
+            mem.extend(d.V, _relevant_rows(d, list(d.validation.query_ids)))
     base_geometry = "dual" if ad.geometry_ == "query" else ad.geometry_  # query-only: the dual closed form
     base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=base_geometry, rank=rank,
                                hard_negative_rows=tr.hard_negative_rows, validation_queries=V,
                                validation_relevance=vtable, device=device)
-    cids = d.corpus_ids or None
     metrics: dict[str, Any] = {
         "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, corpus_ids=cids),
                    "selection_ndcg@10": ndcg_at_10(V, vtable, d.corpus, corpus_ids=cids),
@@ -501,9 +608,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
         "mining": mining_record,
     }
-    mem = None
     if memory == "auto":
-        mem = fit_memory(d, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=cids)
+        if mem is None:
+            mem = fit_memory(d, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=cids)
         ad.memory_ = mem if mem.active else None
         metrics["memory"] = {**mem.describe(), "kept": ad.memory_ is not None}
         warnings_.extend(mem.notes_)
@@ -534,6 +641,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                            "standard_error": ad.selection_.standard_error}
     if auto is not None:
         metrics["auto"] = auto
+    if joint is not None:
+        metrics["joint"] = joint
     import torch
 
     from .._runtime import package_versions
@@ -544,7 +653,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     split = {**d.split, "n_train": len(tr), "train_ids_sha256": ids_digest(tr.query_ids),
              "n_train_requested": n_train, "subset_seed": seed}
     return FitReport(ad, base, metrics, len(tr), d.dataset, d.encoder, versions, split=split,
-                     adapter_train_ids=list(tr.query_ids), candidates=fitted if auto is not None else {})
+                     adapter_train_ids=list(tr.query_ids), candidates=fitted if auto is not None else {},
+                     joint=joint_maps)
 
 
 def _split_record(adapter: Adapter) -> dict[str, Any]:

@@ -5,9 +5,13 @@ One sweep cell = (dataset, encoder, method, seed_index) on the adaptation split 
 full-corpus search on the same test queries, and the cell keeps each query's NDCG@10 so the
 summary pairs any two methods query by query.  Methods:
 
-* ``default``: ``asymgeo fit --geometry auto`` as shipped: the family chosen on
-  document-disjoint validation, plus the gated document memory (:mod:`asymgeo.adapters.memory`);
-* ``map_only``: the same without the memory (``--memory none``, the 0.2 default);
+* ``default``: ``asymgeo fit`` as shipped (``--geometry auto --memory auto --candidates joint``):
+  the family chosen on document-disjoint validation and the query-only map (checkpoint chosen
+  on the document-disjoint and on all validation queries) each carry the gated document memory
+  (:mod:`asymgeo.adapters.memory`), and the whole with the best validation NDCG@10 is kept
+  unless it is below frozen beyond noise on the document-disjoint validation queries;
+* ``family_memory``: the family alone carries the memory (``--candidates family``, the 0.3 default);
+* ``map_only``: the family without the memory (``--memory none``, the 0.2 default);
 * ``paper``: the paper's protocol, dual, every validation query selects (``--selection all``);
 * ``query_only``: the LlamaIndex / ERA linear adapter (``--geometry query``: a p x p map on
   queries from the identity, documents untouched), every validation query selects;
@@ -38,16 +42,18 @@ import numpy as np
 
 __all__ = ["METHODS", "LABELS", "cell", "summarise", "format_summary", "plot_frontier"]
 
-METHODS = ("default", "map_only", "paper", "query_only", "prior", "prior_all")
-LABELS = {"default": "asymgeo default (map + memory)", "map_only": "asymgeo map only (0.2 default)",
+METHODS = ("default", "family_memory", "map_only", "paper", "query_only", "prior", "prior_all")
+LABELS = {"default": "asymgeo default (joint map + memory)",
+          "family_memory": "asymgeo family + memory (0.3 default)", "map_only": "asymgeo map only (0.2 default)",
           "paper": "paper protocol (dual, all validation)", "query_only": "query-only linear adapter",
           "prior": "document prior (train positives)", "prior_all": "document prior (train + validation positives)",
           "finetune": "full fine-tune (MNRL)", "frozen": "frozen"}
 #: one colour per method in the frontier figure (the default's is the only red)
-COLOURS = {"default": "C3", "map_only": "C0", "paper": "C1", "query_only": "C2", "prior": "C4", "prior_all": "C5",
+COLOURS = {"default": "C3", "family_memory": "C7", "map_only": "C0", "paper": "C1", "query_only": "C2", "prior": "C4",
+           "prior_all": "C5",
            "finetune": "C6"}
 #: methods that train and so take a seed
-TRAINED = ("default", "map_only", "paper", "query_only")
+TRAINED = ("default", "family_memory", "map_only", "paper", "query_only")
 
 
 @functools.lru_cache(maxsize=2)
@@ -108,15 +114,18 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     if method in TRAINED:
-        geometry, selection, memory = {"default": ("auto", "document_disjoint", "auto"),
-                                       "map_only": ("auto", "document_disjoint", "none"),
-                                       "paper": ("dual", "all", "none"),
-                                       "query_only": ("query", "all", "none")}[method]
+        geometry, selection, memory, candidates = {"default": ("auto", "document_disjoint", "auto", "joint"),
+                                                   "family_memory": ("auto", "document_disjoint", "auto", "family"),
+                                                   "map_only": ("auto", "document_disjoint", "none", "family"),
+                                                   "paper": ("dual", "all", "none", "family"),
+                                                   "query_only": ("query", "all", "none", "family")}[method]
         rep = fit_adapter(config["dataset"], config["encoder"], geometry=geometry, rank=int(config["rank"]),
                           seed=seed, learning_rates=lrs, epochs=int(config["epochs"]), selection=selection,
-                          memory=memory, report=False, data_dir=config["data_dir"], cache_dir=config["cache_dir"])
+                          memory=memory, candidates=candidates, report=False, data_dir=config["data_dir"],
+                          cache_dir=config["cache_dir"])
         values = _adapter_ndcg(d.T, d.test, d.corpus, rep.adapter, cids)
-        extra = {"geometry": rep.adapter.geometry_, "memory_kept": bool(rep.adapter.memory_ is not None)}
+        extra = {"geometry": rep.adapter.geometry_, "memory_kept": bool(rep.adapter.memory_ is not None),
+                 "deployed_choice": (rep.metrics.get("joint") or {}).get("choice", "")}
         if rep.adapter.memory_ is not None:
             extra.update(memory_threshold=rep.adapter.memory_.threshold_, memory_weight=rep.adapter.memory_.weight_,
                          map_values=_fmt_values(_per_query_ndcg(d.T, d.test, d.corpus, rep.adapter.operator_, cids)))

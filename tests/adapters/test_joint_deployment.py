@@ -1,0 +1,153 @@
+"""fit_adapter(candidates="joint"): which map + memory is deployed, and the guard that protects
+queries about documents no training query found.  Unit cases built by hand (the guard's interval
+recomputed by an independent bootstrap), then the wiring on SciFact."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from asymgeo.adapters.workflow import choose_deployment
+
+
+def _cand(geometry, values, weight=1.0):
+    ad = SimpleNamespace(geometry_=geometry)
+    v = np.asarray(values, dtype=np.float64)
+    mem = SimpleNamespace(validation_values_=v, map_validation_ndcg_=float(v.mean()) - 0.01, weight_=weight)
+    return ad, mem
+
+
+def _boot_high(d, n_boot=2000, seed=0):
+    """95% percentile bootstrap upper end of mean(d), drawn here independently of the library."""
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
+    return float(np.quantile(means, 0.975))
+
+
+def test_the_best_validation_whole_wins_unless_it_hurts_protected_queries_beyond_noise():
+    rng = np.random.default_rng(1)
+    m, k = 80, 40  # 40 protected queries (the second half)
+    protected = np.arange(m) >= m - k
+    frozen = rng.uniform(0.2, 0.8, size=m)
+    # "greedy": best on all queries but every protected query loses 0.2 (clearly below frozen)
+    greedy = frozen + np.where(protected, -0.2, 0.5)
+    # "noisy": protected queries scattered around frozen (within noise), unprotected +0.3
+    noisy = frozen + np.where(protected, rng.normal(0, 0.1, size=m) - 0.005, 0.3)
+    safe = frozen + np.where(protected, 0.0, 0.1)
+    cands = {"greedy": _cand("dual", greedy), "noisy": _cand("query", noisy), "safe": _cand("shared", safe)}
+    assert greedy.mean() > noisy.mean() > safe.mean()
+    out = choose_deployment(cands, frozen, protected, seed=0)
+    assert out["choice"] == "noisy" and out["note"] == ""
+    rec = out["candidates"]
+    assert not rec["greedy"]["feasible"] and rec["noisy"]["feasible"] and rec["safe"]["feasible"]
+    assert rec["noisy"]["protected_diff"] == pytest.approx(float((noisy - frozen)[protected].mean()), abs=1e-12)
+    # the interval that decides: recomputed by an independent bootstrap, it is above zero for "noisy"
+    assert _boot_high((noisy - frozen)[protected]) >= 0 > _boot_high((greedy - frozen)[protected])
+    assert rec["noisy"]["protected_ci_high"] == pytest.approx(_boot_high((noisy - frozen)[protected]), abs=0.01)
+    assert out["n_protected"] == k and rec["greedy"]["validation_ndcg@10"] == pytest.approx(greedy.mean())
+
+
+def test_ties_go_to_the_first_listed_and_too_few_protected_queries_drop_the_guard():
+    frozen = np.full(40, 0.5)
+    protected = np.zeros(40, dtype=bool)
+    protected[:5] = True  # 5 < 32: no guard
+    bad = frozen + np.where(protected, -0.4, 0.2)
+    same = frozen + 0.1
+    out = choose_deployment({"a": _cand("shared", same), "b": _cand("query", same.copy()),
+                             "bad": _cand("dual", bad)}, frozen, protected)
+    assert out["choice"] == "bad" and "without the unseen-document guard" in out["note"]
+    out = choose_deployment({"a": _cand("shared", same), "b": _cand("query", same.copy())}, frozen, protected)
+    assert out["choice"] == "a"
+    one = np.zeros(40, dtype=bool)
+    one[3] = True  # a single protected query (NFCorpus): no interval, no guard, its difference kept
+    out = choose_deployment({"bad": _cand("dual", bad)}, frozen, one)
+    assert out["choice"] == "bad" and out["candidates"]["bad"]["protected_diff"] == pytest.approx(-0.4)
+    assert "protected_ci_high" not in out["candidates"]["bad"]
+
+
+def test_when_every_whole_hurts_protected_queries_the_least_harmful_is_deployed_and_said():
+    frozen = np.full(50, 0.6)
+    protected = np.arange(50) < 40
+    worse = frozen + np.where(protected, -0.3, 0.4)
+    less = frozen + np.where(protected, -0.1, 0.1)
+    out = choose_deployment({"worse": _cand("dual", worse), "less": _cand("query", less)}, frozen, protected)
+    assert out["choice"] == "less" and "below frozen beyond noise" in out["note"]
+
+
+def test_values_of_another_length_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"candidates\['x'\].*one value per validation query"):
+        choose_deployment({"x": _cand("dual", np.ones(9))}, np.ones(10), np.ones(10, dtype=bool))
+    with pytest.raises(ValueError, match="at least one"):
+        choose_deployment({}, np.ones(3), np.ones(3, dtype=bool))
+
+
+@pytest.fixture(scope="module")
+def joint_report(shared_dir):
+    from asymgeo.adapters.workflow import fit_adapter
+
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    return fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120, epochs=1,
+                       learning_rates=(1e-3,), report=False, **kw)
+
+
+def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report, shared_dir):
+    from asymgeo.adapters.workflow import _per_query_ndcg, load_adaptation_data
+
+    rep = joint_report
+    j = rep.metrics["joint"]
+    fam = rep.metrics["auto"]["choice"]
+    assert set(j["candidates"]) == {f"{fam} (document_disjoint)", "query (document_disjoint)", "query (all)"}
+    assert set(rep.joint) == set(j["candidates"]) and rep.adapter is rep.joint[j["choice"]]
+    feasible = {n: c["validation_ndcg@10"] for n, c in j["candidates"].items() if c["feasible"]}
+    assert j["choice"] == max(feasible, key=feasible.get)
+    d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
+                             cache_dir=shared_dir / "embeddings", train_ids=rep.adapter_train_ids)
+    # the recorded map figures are each map's NDCG@10 on all validation queries, recomputed here
+    for name, ad in rep.joint.items():
+        want = _per_query_ndcg(d.V, d.validation, d.corpus, ad.operator_, d.corpus_ids).mean()
+        assert j["candidates"][name]["map_validation_ndcg@10"] == pytest.approx(want, abs=1e-6)
+    # the two query-only maps follow one trajectory (same seed): the one chosen on all validation
+    # queries is at least as good on them as the one chosen on the document-disjoint part
+    qa, qd = j["candidates"]["query (all)"], j["candidates"]["query (document_disjoint)"]
+    assert qa["map_validation_ndcg@10"] >= qd["map_validation_ndcg@10"] - 1e-9
+    # the deployed memory holds the training and then the validation queries
+    assert rep.adapter.memory_ is None or rep.adapter.memory_.table_.n_keys == 120 + 162
+
+
+def test_candidates_family_keeps_the_selectors_family(shared_dir):
+    from asymgeo.adapters.workflow import fit_adapter
+
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=64, epochs=1,
+                      learning_rates=(1e-3,), report=False, candidates="family", **kw)
+    assert "joint" not in rep.metrics and rep.joint == {}
+    assert rep.adapter.geometry_ == rep.metrics["auto"]["choice"]
+    with pytest.raises(ValueError, match="candidates: expected one of 'joint', 'family'"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", candidates="both", **kw)
+
+
+def test_fit_prints_the_deployed_whole_and_saves_the_record(joint_report, shared_dir, tmp_path, capsys, monkeypatch):
+    """The command is a thin layer: given the library's report (the fixture's), it prints and saves it."""
+    import asymgeo.adapters.workflow as workflow
+    from asymgeo.cli import main
+
+    seen = {}
+
+    def fake_fit(*args, **kwargs):
+        seen.update(kwargs)
+        return joint_report
+
+    monkeypatch.setattr(workflow, "fit_adapter", fake_fit)
+    out = tmp_path / "ad"
+    rc = main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-train", "200",
+               "--epochs", "1", "--learning-rates", "1e-3", "--no-progress", "--out", str(out),
+               "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")])
+    text = capsys.readouterr().out
+    assert rc == 0 and seen["candidates"] == "joint" and seen["memory"] == "auto"
+    rec = json.loads((out / "metrics.json").read_text())["joint"]
+    line = next(x for x in text.splitlines() if x.startswith("deployed: "))
+    assert line.startswith(f"deployed: {rec['choice']} + memory")
+    assert all(name in line for name in rec["candidates"])
