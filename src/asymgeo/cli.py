@@ -851,6 +851,10 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
               f"{a['n_validation']} queries; CARS {a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> "
               f"{a['cars_choice']})")
     mining = m.get("mining") or {}
+    if mining.get("given"):
+        g = mining["given"]
+        print(f"negatives: {g['negatives']:,} given negatives of {g['queries']:,} of the {rep.n_train:,} training "
+              f"queries come first among their {g['k']} hard negatives (the frozen model's mined ones fill the rest)")
     if mining.get("index", "exact") != "exact":
         print(f"mining: {mining['index']} (approximate), recall@{mining['k']} {mining['recall']:.3f} against exact "
               f"mining on {mining['n_queries']} training queries")

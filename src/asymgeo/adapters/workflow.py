@@ -431,6 +431,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     tr = d.triples
     relevant = d.relevant
     mining_record: dict[str, Any] = {"index": mining}
+    if tr.given_counts is not None and tr.given_counts.any():  # the user's negatives, first in each row
+        mining_record["given"] = {"queries": int((tr.given_counts > 0).sum()), "negatives": int(tr.given_counts.sum()),
+                                  "k": int(tr.hard_negative_rows.shape[1])}
     if mining != "exact":  # what the approximation costs, measured on a seeded sample of the training queries
         from ..data.triples import mining_recall
 
