@@ -829,6 +829,18 @@ def _check_plot_folder(path: str, what: str = "nothing was trained") -> None:
         raise ValueError(f"--plot: {path}: cannot write in {folder} ({exc.strerror or exc}); {what}") from None
 
 
+def evaluate_command(args, out) -> str:
+    """The ``asymgeo evaluate`` command line that scores the adapter ``fit`` wrote to ``out``, with
+    the dataset, encoder, ``--data-dir`` and ``--cache-dir`` the fit was given: pasted, it runs."""
+    import shlex
+
+    argv = ["asymgeo", "evaluate", str(args.dataset), "--encoder", str(args.encoder), "--adapter", str(out)]
+    for flag, value in (("--data-dir", args.data_dir), ("--cache-dir", args.cache_dir)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return shlex.join(argv)
+
+
 def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed section by section
     m, ad = rep.metrics, rep.adapter
     gen = m.get("generalisation")
@@ -838,15 +850,16 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if (m.get("split_overlap") or {}).get("allowed"):
         print("warning: NOT HELD OUT: " + "; ".join(m["split_overlap"]["messages"]) + " (--allow-test-overlap)")
     if rep.split.get("kind") == "carved_from_test":
-        print(f"note: `asymgeo evaluate {rep.dataset} --adapter {out}` scores only the held-out part of "
-              "qrels/test.tsv")
+        print(f"note: `{evaluate_command(args, out)}` scores only the held-out part of qrels/test.tsv")
+    from .adapters.workflow import auto_phrase
+
     if m.get("auto") and "validation_shared" not in m["auto"]:  # decided from the training triples
         a = m["auto"]
-        print(f"auto: {a['choice']} by {a['rule']} on the training triples (only that family trained; CARS "
+        print(f"auto: {auto_phrase(a)} on the training triples (only that family trained; CARS "
               f"{a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> {a['cars_choice']})")
     elif m.get("auto"):
         a = m["auto"]
-        print(f"auto: {a['choice']} by {a['rule']} (validation NDCG@10 shared {a['validation_shared']:.4f}, dual "
+        print(f"auto: {auto_phrase(a)} (validation NDCG@10 shared {a['validation_shared']:.4f}, dual "
               f"{a['validation_dual']:.4f}, dual - shared {a['diff']:+.4f} +/- {a['standard_error']:.4f} over "
               f"{a['n_validation']} queries; CARS {a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> "
               f"{a['cars_choice']})")
@@ -860,9 +873,10 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
               f"mining on {mining['n_queries']} training queries")
     print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
           f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
+    from .adapters.workflow import selection_phrase
+
     print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "
-          f"{m['n_test']} test queries; the checkpoint was chosen on {m['n_selection']} {m['selection']} "
-          "validation queries)")
+          f"{m['n_test']} test queries; the checkpoint was chosen on {selection_phrase(m)})")
     rows = [("frozen", m["frozen"]), (f"closed-form (c = {m['closed_form']['c']:g})", m["closed_form"]),
             (f"trained {ad.geometry_}", m["trained"])]
     for name, r in rows:
