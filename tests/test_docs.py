@@ -69,3 +69,25 @@ def test_every_planted_fault_still_finds_its_text():
     gone = [f"{rel}: {what}" for what, rel, old, _new, _args in module.FAULTS
             if old not in (root / "src" / "asymgeo" / rel).read_text()]
     assert not gone, "planted faults whose text moved (update tools/plant_faults.py):\n" + "\n".join(gone)
+
+
+def test_reproduce_help_lists_every_experiment_the_docs_tell_users_to_run(monkeypatch, capsys):
+    """#38: `reproduce --help` listed five of the experiments; it lists every config, and every
+    `asymgeo reproduce NAME` in the README and docs/ is one of them (or all / report / a .toml path)."""
+    import pytest
+
+    from asymgeo.cli import main
+
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = capsys.readouterr().out
+    listing = text[text.index("\nexperiments (NAME):"):text.index("\nexample:")]
+    listed = set(re.findall(r"^  ([\w-]+) {2,}", listing, flags=re.M))
+    configs = {p.stem for p in (ROOT / "src" / "asymgeo" / "experiments" / "configs").glob("*.toml")}
+    configs |= {p.stem for p in (ROOT / "experiments").glob("*.toml")}
+    assert listed == configs, listed ^ configs
+    assert {"adapters", "generalisation", "auto_geometry", "rq3_rotation", "rq3_grid"} <= listed
+    pages = [ROOT / "README.md", ROOT / "experiments" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    cited = {m for page in pages for m in re.findall(r"asymgeo reproduce ([\w-]+)(?![\w/.-])", page.read_text())}
+    assert cited - {"all", "report", "N", "NAME"} <= listed, cited - listed
