@@ -156,3 +156,6 @@ def test_every_command_on_the_page_parses_and_names_where_its_dataset_is(page, t
         if args.command in ("embed", "select", "fit", "evaluate", "import") and dataset and "/" not in dataset \
                 and not getattr(args, "download", False):
             assert args.data_dir is not None, f"{page}: `{cmd}` names {dataset} without --data-dir"
+        for dest in ("out", "plot"):  # what a user's command writes goes under their working directory
+            value = getattr(args, dest, None)
+            assert not (value and Path(value).is_absolute()), f"{page}: `{cmd}` writes to the absolute {value}"
