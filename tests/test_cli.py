@@ -677,10 +677,13 @@ def test_select_validate_plot_draws_the_cells(capsys, tmp_path):
     assert got["plot"] == str(png) and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cells = got["validation"]["cells"]
     cur = validation_curves(cells)
-    sizes = sorted({c["size"] for c in cells})
-    assert cur["sizes"] == sizes
-    for m, mean, share in zip(sizes, cur["mean"], cur["dual_share"]["cars"], strict=True):
-        at = [c for c in cells if c["size"] == m]
+    groups = []  # sizes one apart are one point (two folds of 323 and 324 training queries), grouped here
+    for m in sorted({c["size"] for c in cells}):
+        groups.append([m]) if not groups or m > groups[-1][-1] + 1 else groups[-1].append(m)
+    assert cur["groups"] == groups and cur["sizes"] == [g[-1] for g in groups]
+    assert any(len(g) == 2 for g in groups), "2 folds of 647 queries: full pools of 323 and 324"
+    for g, mean, share in zip(groups, cur["mean"], cur["dual_share"]["cars"], strict=True):
+        at = [c for c in cells if c["size"] in g]
         assert mean == pytest.approx(sum(c["loss_shared"] - c["loss_dual"] for c in at) / len(at))
         assert share == sum(c["cars_choice"] == "dual" for c in at) / len(at)
     assert set(cur["dual_share"]) == {"held-out", "cars", "sure", "anisotropic"}
@@ -915,3 +918,35 @@ def test_the_verdict_says_when_the_mean_term_decides():
     assert mean_term_note("dual", 0.94, False, "dual") == ""      # centring agrees
     assert mean_term_note("dual", 0.40, False, "shared") == ""    # the mean term is not most of the moment
     assert mean_term_note("dual", 0.94, True, "shared") == ""     # already centred
+
+
+def test_the_validation_plot_merges_sizes_one_apart_and_labels_the_fold_dots(tmp_path, monkeypatch):
+    """#38: 517 and 518 are one point (the table merges them), and the grey per-fold dots are in the legend."""
+    import asymgeo.estimators.plots as plots
+
+    def cell(fold, size, ls, ld):
+        return {"fold": fold, "size": size, "loss_shared": ls, "loss_dual": ld, "cars_choice": "dual"}
+
+    cells = [cell(0, 32, 1.0, 0.9), cell(1, 32, 1.0, 1.1), cell(0, 517, 0.5, 0.4), cell(1, 518, 0.5, 0.7),
+             cell(2, 518, 0.5, 0.5)]
+    cur = plots.validation_curves(cells)
+    assert cur["groups"] == [[32], [517, 518]] and cur["labels"] == ["32", "517-518"] and cur["sizes"] == [32, 518]
+    assert cur["mean"] == pytest.approx([0.0, (0.1 - 0.2 + 0.0) / 3])
+    assert cur["dual_share"]["held-out"] == [0.5, 1 / 3]  # a tie (0.5 vs 0.5) goes to shared
+    real = plots._pyplot()
+    figures = []
+
+    class Keep:  # pyplot, but the figure is kept for the test instead of closed
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def close(self, fig):
+            figures.append(fig)
+
+    monkeypatch.setattr(plots, "_pyplot", lambda: Keep())
+    plots.plot_validation(cells, tmp_path / "v.png")
+    top = figures[0].axes[0]
+    assert top.get_legend_handles_labels()[1] == ["one held-out fold", "mean over folds"]
+    assert [t.get_text() for t in top.texts] == ["n = 517-518"]
+    assert [len(pc.get_offsets()) for pc in top.collections if len(pc.get_offsets())] == [2, 3]
+    real.close(figures[0])

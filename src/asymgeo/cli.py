@@ -217,6 +217,9 @@ def _selector_names(command: str) -> str:
 
 _MAX_SPLITS = 10_000  # the standard error is settled long before; more only burns minutes
 
+#: The rank of ``select`` and ``fit`` when ``--rank`` is not given: one default for both.
+DEFAULT_RANK = 16
+
 
 @_command("select")
 def _add_select(sub):
@@ -228,7 +231,7 @@ def _add_select(sub):
         "--data-dir ../shared/data --cache-dir ../shared/embeddings",
     )
     _add_data_args(p)
-    p.add_argument("--rank", type=int, required=True, help="fitted rank r")
+    p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"fitted rank r (default {DEFAULT_RANK}, as fit)")
     p.add_argument("--split", default="train", help="train, validation, test or a qrels split (default train)")
     p.add_argument("--n-splits", type=int, default=20, help="CARS half-splits L, 2 to 10,000 (default 20)")
     p.add_argument("--selector-dim", type=int, default=None, help="fixed random projection dimension (paper: 256)")
@@ -373,11 +376,12 @@ def _run_select(args) -> int:
     _plot_select_validation(args, tr, validation)
     verdict = select_verdict(choice, validation, selector=args.selector) + mean_term_note(
         choice, float(mt.share), bool(args.centred), other.choice)
+    source = triples_source(args, tr)
     mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
                  "centred": bool(args.centred), "other_choice": other.choice,
                  "other_score": float(other.score), "other_standard_error": float(other.standard_error)}
     if args.json:
-        out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr),
+        out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr), "n_source": source,
                "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
                "cars": res.as_dict(), "decision": decision.as_dict(),
                **({args.selector: _native_dict(decision.result)} if decision.rule != REFERENCE_RULE and
@@ -390,20 +394,40 @@ def _run_select(args) -> int:
         _print_json(out)
         return 0
     print(f"verdict: {verdict}")
-    print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)}, "
-          f"p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
+    print(f"{tr.dataset} / {tr.encoder}, {tr.split} triples{' (centred)' if args.centred else ''}: n = {len(tr)} "
+          f"({source}), p = {tr.dim}, rank {res.rank}, L = {res.n_splits}")
     print(f"decision: {choice}" + _decision_detail(decision, res))
     print(f"CARS score: {res.score:.6g} +/- {res.standard_error:.2g} (spread over the {res.n_splits} half-splits of "
           "these triples; not a sampling error: --validate measures how often the decision holds)")
     print(f"mean term: {100 * mt.share:.0f}% of the training moment is the rank-1 mean x̄ d̄ᵀ; "
           + (f"raw, CARS picks {other.choice} ({other.score:.3g})" if args.centred else
              f"centred (--centred, directional part only), CARS picks {other.choice} ({other.score:.3g})"))
-    print(f"approximation gap of the training moment: {gap.gap:.6g} (shared {gap.shared_error:.6g}, dual {gap.dual_error:.6g})")
+    print(f"approximation gap of the training moment M (Theorem 1): {gap.gap:.6g} = shared error "
+          f"{gap.shared_error:.6g} - dual error {gap.dual_error:.6g} (each family's smallest ||M - fit||_F^2 at rank "
+          f"{gap.rank})")
     if validation is not None:
         _print_validation(validation)
         if getattr(args, "plot", None):
             print(f"plot: {args.plot}")
     return 0
+
+
+def triples_source(args, tr) -> str:
+    """Which queries ``select``'s n triples are, in words: a part of the adaptation split (the one
+    ``fit`` trains on, its sizes beside it), a qrels file, or the ids given."""
+    from .data import adaptation_split_source, load_beir
+    from .data.triples import ADAPTATION_SPLITS
+
+    skipped = sum(tr.skipped.values())
+    left = f"; {skipped:,} of its queries have no positive and give no triple" if skipped else ""
+    if tr.split in ADAPTATION_SPLITS:
+        src = adaptation_split_source(load_beir(args.dataset, data_dir=args.data_dir))
+        part = {"train": "training", "validation": "validation", "test": "test"}[tr.split]
+        return (f"the adaptation split's {part} part, the queries `fit` "
+                f"{'trains on' if tr.split == 'train' else 'holds out'}: {src['description']}{left}")
+    if tr.split == "custom":
+        return f"the query ids given{left}"
+    return f"every labelled query of qrels/{tr.split}.tsv{left}"
 
 
 def mean_term_note(choice: str, share: float, centred: bool, other_choice: str) -> str:
@@ -559,6 +583,29 @@ def _merge_full_pool_sizes(per_size: list[dict]) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- reproduce
+_DESCRIPTION = re.compile(r'^description\s*=\s*"(.*)"\s*$', re.M)
+
+
+def experiment_listing() -> str:
+    """``reproduce --help``'s list of experiments: every config shipped with the package and, run
+    from a checkout, those in ./experiments, each with its description (read from the TOML line,
+    so that ``--help`` loads no experiment code)."""
+    from pathlib import Path
+
+    def rows(folder: Path) -> list[str]:
+        out = []
+        for f in sorted(folder.glob("*.toml")):
+            found = _DESCRIPTION.search(f.read_text(encoding="utf-8"))
+            out.append(f"  {f.stem:<27} {found.group(1) if found else ''}".rstrip())
+        return out
+
+    text = "experiments (NAME):\n" + "\n".join(rows(Path(__file__).resolve().parent / "experiments" / "configs"))
+    here = Path("experiments")
+    if here.is_dir() and any(here.glob("*.toml")):
+        text += "\nin ./experiments (this checkout's variants):\n" + "\n".join(rows(here))
+    return text
+
+
 @_command("reproduce")
 def _add_reproduce(sub):
     p = _subparser(
@@ -568,7 +615,9 @@ def _add_reproduce(sub):
         "or rebuild docs/reproduction.md from the results with NAME = report.",
         "asymgeo reproduce rq1 --quick && asymgeo reproduce report --quick",
     )
-    p.add_argument("name", help="rq1, table2, rq2, rq4, table1, all, or report (or any experiments/NAME.toml)")
+    p.epilog = experiment_listing() + "\n\n" + (p.epilog or "")
+    p.add_argument("name", help="an experiment listed below, all (rq1, table2, rq2, rq4 and table1), or report "
+                                "(or any NAME.toml in --config-dir)")
     p.add_argument("--quick", action="store_true", help="the small CI variant ([quick] overrides; results in NAME-quick)")
     p.add_argument("--executor", choices=["local", "ray"], default="local", help="local process pool (default) or Ray")
     p.add_argument("--address", default=None, help="Ray cluster address, e.g. auto or ray://head:10001 (with --executor ray)")
@@ -728,7 +777,7 @@ def _add_fit(sub):
                         + "; validation (default: train both, keep the better); ranking (the closed-form I + cM's "
                           "validation NDCG@10, then train one); the others decide from the training triples, then "
                           "train one")
-    p.add_argument("--rank", type=int, default=16, help="rank r (default 16)")
+    p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"rank r (default {DEFAULT_RANK}, as select)")
     p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
                    help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")
     p.add_argument("--init", choices=["closed_form", "random"], default="closed_form",
@@ -836,6 +885,18 @@ def _check_plot_folder(path: str, what: str = "nothing was trained") -> None:
         raise ValueError(f"--plot: {path}: cannot write in {folder} ({exc.strerror or exc}); {what}") from None
 
 
+def evaluate_command(args, out) -> str:
+    """The ``asymgeo evaluate`` command line that scores the adapter ``fit`` wrote to ``out``, with
+    the dataset, encoder, ``--data-dir`` and ``--cache-dir`` the fit was given: pasted, it runs."""
+    import shlex
+
+    argv = ["asymgeo", "evaluate", str(args.dataset), "--encoder", str(args.encoder), "--adapter", str(out)]
+    for flag, value in (("--data-dir", args.data_dir), ("--cache-dir", args.cache_dir)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return shlex.join(argv)
+
+
 def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed section by section
     m, ad = rep.metrics, rep.adapter
     gen = m.get("generalisation")
@@ -845,15 +906,16 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if (m.get("split_overlap") or {}).get("allowed"):
         print("warning: NOT HELD OUT: " + "; ".join(m["split_overlap"]["messages"]) + " (--allow-test-overlap)")
     if rep.split.get("kind") == "carved_from_test":
-        print(f"note: `asymgeo evaluate {rep.dataset} --adapter {out}` scores only the held-out part of "
-              "qrels/test.tsv")
+        print(f"note: `{evaluate_command(args, out)}` scores only the held-out part of qrels/test.tsv")
+    from .adapters.workflow import auto_phrase
+
     if m.get("auto") and "validation_shared" not in m["auto"]:  # decided from the training triples
         a = m["auto"]
-        print(f"auto: {a['choice']} by {a['rule']} on the training triples (only that family trained; CARS "
+        print(f"auto: {auto_phrase(a)} on the training triples (only that family trained; CARS "
               f"{a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> {a['cars_choice']})")
     elif m.get("auto"):
         a = m["auto"]
-        print(f"auto: {a['choice']} by {a['rule']} (validation NDCG@10 shared {a['validation_shared']:.4f}, dual "
+        print(f"auto: {auto_phrase(a)} (validation NDCG@10 shared {a['validation_shared']:.4f}, dual "
               f"{a['validation_dual']:.4f}, dual - shared {a['diff']:+.4f} +/- {a['standard_error']:.4f} over "
               f"{a['n_validation']} queries; CARS {a['cars_score']:+.4g} +/- {a['cars_standard_error']:.2g} -> "
               f"{a['cars_choice']})")
@@ -865,14 +927,19 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
               + ", ".join(parts) + f"; guard: not below frozen beyond noise on {j['n_protected']} "
               "document-disjoint validation queries)")
     mining = m.get("mining") or {}
+    if mining.get("given"):
+        g = mining["given"]
+        print(f"negatives: {g['negatives']:,} given negatives of {g['queries']:,} of the {rep.n_train:,} training "
+              f"queries come first among their {g['k']} hard negatives (the frozen model's mined ones fill the rest)")
     if mining.get("index", "exact") != "exact":
         print(f"mining: {mining['index']} (approximate), recall@{mining['k']} {mining['recall']:.3f} against exact "
               f"mining on {mining['n_queries']} training queries")
     print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
           f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
+    from .adapters.workflow import selection_phrase
+
     print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "
-          f"{m['n_test']} test queries; the checkpoint was chosen on {m['n_selection']} {m['selection']} "
-          "validation queries)")
+          f"{m['n_test']} test queries; the checkpoint was chosen on {selection_phrase(m)})")
     rows = [("frozen", m["frozen"]), (f"closed-form (c = {m['closed_form']['c']:g})", m["closed_form"]),
             (f"trained {ad.geometry_}", m["trained"])]
     for name, r in rows:

@@ -203,7 +203,13 @@ def test_test_only_dataset_fit_names_the_carved_split_and_evaluate_scores_only_h
     assert "180/60/60" in split_lines[0]
     held_out, seen = _held_out_test_ids(root / "data" / "scifact" / "qrels" / "test.tsv")
     assert len(held_out) == 60 and len(seen) == 240
-    rc = main(["evaluate", "scifact", "--encoder", "all-MiniLM-L6-v2", "--adapter", str(out), "--json", *args])
+    # the note's evaluate command is the one run here: pasted, it finds the run's folders (#38)
+    import shlex
+
+    note = next(ln for ln in text.splitlines() if ln.startswith("note: `asymgeo evaluate"))
+    pasted = shlex.split(note.split("`")[1])
+    assert pasted[:2] == ["asymgeo", "evaluate"] and "--data-dir" in pasted and "--cache-dir" in pasted
+    rc = main([*pasted[1:], "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["n_excluded"] == 240 and res["n_judged"] == 300
     lib = evaluate_adapter("scifact", "all-MiniLM-L6-v2", out, data_dir=root / "data", cache_dir=root / "cache")
@@ -635,6 +641,10 @@ def test_fit_records_the_document_disjoint_fallback_as_a_warning(shared_dir, mon
             "selecting on all 324 validation queries instead")
     assert note in rep.metrics["warnings"]
     assert rep.metrics["n_selection"] == 324 == seen["n_val"]
+    from asymgeo.adapters.workflow import selection_phrase
+
+    assert rep.metrics["selection_fallback"] is True
+    assert selection_phrase(rep.metrics).startswith("all 324 validation queries (too few document-disjoint ones")
 
 
 def test_adapter_without_a_split_record_uses_the_default_split_seed(shared_dir, rng):

@@ -47,9 +47,29 @@ def test_select_text_output(tmp_path, capsys):
     tr = load_triples(tmp_path / "data" / "syn", "enc", "train", cache_dir=tmp_path / "c")
     direct = cars_score(tr.X, tr.Y_pos, tr.Y_neg, 1, n_splits=4, seed=0)
     assert len(tr) == 6  # test-only dataset: 10 queries -> 6/2/2
-    assert "n = 6" in text and f"decision: {direct.choice}" in text
+    assert f"decision: {direct.choice}" in text
     assert f"CARS score: {direct.score:.6g} +/- {direct.standard_error:.2g}" in text
-    assert "approximation gap of the training moment:" in text
+    # n says which queries it counts: the adaptation split's training part, 6 of 10 (60/20/20), not all (#38)
+    assert ("syn / enc, train triples: n = 6 (the adaptation split's training part, the queries `fit` trains on: "
+            "no qrels/train.tsv: train, validation and test carved 60/20/20 from qrels/test.tsv (seed 20260809; "
+            "6/2/2 train/validation/test queries)), p = 5, rank 1, L = 4") in text
+    # the gap line names both numbers, each from numpy's full decompositions (tests/reference_impl.py)
+    ref = naive_approximation_errors(naive_moment(tr.X.astype(np.float64), tr.Y_pos.astype(np.float64),
+                                                  tr.Y_neg.astype(np.float64)), 1)
+    assert (f"approximation gap of the training moment M (Theorem 1): {ref['gap']:.6g} = shared error "
+            f"{ref['shared_error']:.6g} - dual error {ref['dual_error']:.6g} (each family's smallest "
+            "||M - fit||_F^2 at rank 1)") in text
+
+
+def test_select_and_fit_share_one_rank_default(tmp_path, capsys):
+    parser = build_parser()
+    sel = parser.parse_args(["select", "syn"])
+    fit = parser.parse_args(["fit", "syn", "--out", str(tmp_path / "a")])
+    assert sel.rank == fit.rank == 16
+    for cmd in ("select", "fit"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--help"])
+        assert "(default 16, as " in capsys.readouterr().out
 
 
 def test_select_without_cache_is_one_line_and_exit_2(shared_dir, tmp_path, capsys):

@@ -230,10 +230,11 @@ def model_card(adapter: Adapter, base_name: str, base_path: str, *, normalize: b
         "- Prompts: the base model's query and document prefixes (`encode_query` / `encode_document`).",
     ]
     if meta.get("dataset"):
+        from .workflow import selection_phrase
+
         lines.append(f"- Training data: {meta['dataset']}, {split.get('description', 'adaptation split')}; "
                      f"{metrics.get('n_train', split.get('n_train', '?'))} training queries; checkpoint chosen on "
-                     f"{metrics.get('n_selection', metrics.get('n_validation', '?'))} validation queries "
-                     f"(selection: {metrics.get('selection', 'all')}, anchor {metrics.get('anchor', 0)}).")
+                     f"{selection_phrase(metrics)} (anchor {metrics.get('anchor', 0)}).")
     if "frozen" in metrics and "trained" in metrics:
         lines.append(f"- Test NDCG@10: frozen {metrics['frozen']['test_ndcg@10']:.4f}, this adapter "
                      f"{metrics['trained']['test_ndcg@10']:.4f}.")

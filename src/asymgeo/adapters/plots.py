@@ -54,7 +54,8 @@ def _title(report: Any, chosen: dict[str, Any] | None, curves: list[dict[str, An
     what = f"star: the kept checkpoint ({chosen['family']}, lr {chosen['learning_rate']:g}, epoch {chosen['epoch']})"
     tie = str(auto.get("rule", "")).startswith("tie")  # the one-SE rule kept a family whose points are lower
     if tie and chosen["ndcg"] < top:
-        what += f"; family by {auto.get('rule')}, not the highest point"
+        how = "broken by CARS" if auto.get("rule") == "tie: CARS" else "kept by the one-SE rule"
+        what += f"; a tie within one standard error {how}, not the highest point"
     elif chosen["ndcg"] >= top:
         what += ", the highest point"
     else:  # a family fixed by --geometry: its own best point

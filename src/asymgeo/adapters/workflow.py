@@ -172,6 +172,21 @@ def auto_record(decision: Any, cars: Any) -> dict[str, Any]:
     return out
 
 
+def auto_phrase(auto: dict[str, Any]) -> str:
+    """``auto``'s decision in words, each fact once (``metrics["auto"]``, :func:`auto_record`):
+    ``"dual, the higher validation NDCG@10 beyond one standard error"``, ``"shared, a tie within one
+    standard error kept by the one-SE rule"``, ``"dual, a tie within one standard error broken by
+    CARS"``, or ``"dual by sure"`` for a rule that decides from the training triples."""
+    choice, rule = auto.get("choice"), str(auto.get("rule", ""))
+    if rule == "validation":
+        return f"{choice}, the higher validation NDCG@10 beyond one standard error"
+    if rule == "tie: shared":
+        return f"{choice}, a tie within one standard error kept by the one-SE rule"
+    if rule == "tie: CARS":
+        return f"{choice}, a tie within one standard error broken by CARS"
+    return f"{choice} by {rule}"
+
+
 def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.ndarray, rank: int, cars: Any, *,
                   seed: int = 0, corpus_ids: Sequence[str] | None = None) -> dict[str, Any]:
     """The family the registered rule ``selector`` picks before any training
@@ -339,6 +354,21 @@ def _adapter_ndcg(queries: np.ndarray, table: Any, corpus: np.ndarray, adapter: 
 SELECTIONS = ("all", "document_disjoint")
 #: Fewest document-disjoint validation queries :func:`fit_adapter` selects on.
 MIN_DISJOINT_VALIDATION = 32
+
+
+def selection_phrase(metrics: dict[str, Any]) -> str:
+    """The validation queries that chose the checkpoint, in words: ``"67 document-disjoint validation
+    queries"``, ``"all 162 validation queries"``, or, when ``document_disjoint`` fell back (too few
+    such queries), ``"all 324 validation queries (too few document-disjoint ones: the fallback of
+    selection document_disjoint)"``."""
+    n = metrics.get("n_selection", metrics.get("n_validation", "?"))
+    sel = metrics.get("selection", "all")
+    if metrics.get("selection_fallback"):
+        return (f"all {n} validation queries (too few document-disjoint ones: the fallback of selection "
+                f"{sel})")
+    if sel == "document_disjoint":
+        return f"{n} document-disjoint validation queries (no relevant document is a training positive)"
+    return f"all {n} validation queries" if n == metrics.get("n_validation") else f"{n} {sel} validation queries"
 
 
 def document_disjoint_validation(d: AdaptationData, train_query_ids: Sequence[str]) -> tuple[np.ndarray, Any, str]:
@@ -517,6 +547,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     tr = d.triples
     relevant = d.relevant
     mining_record: dict[str, Any] = {"index": mining}
+    if tr.given_counts is not None and tr.given_counts.any():  # the user's negatives, first in each row
+        mining_record["given"] = {"queries": int((tr.given_counts > 0).sum()), "negatives": int(tr.given_counts.sum()),
+                                  "k": int(tr.hard_negative_rows.shape[1])}
     if mining != "exact":  # what the approximation costs, measured on a seeded sample of the training queries
         from ..data.triples import mining_recall
 
@@ -537,10 +570,13 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     else:
         warnings_.extend(overlap.warnings)
     V, vtable = d.V, d.validation
+    fallback = False
     if selection == "document_disjoint":
         V, vtable, note = document_disjoint_validation(d, tr.query_ids)
         if note:
             warnings_.append(note)
+            fallback = True
+
     def train(family: str, sel_V: np.ndarray | None = None, sel_table: Any = None) -> Adapter:
         a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
                     epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
@@ -604,7 +640,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                     "learning_rate": ad.learning_rate_, "best_epoch": ad.best_epoch_},
         "n_train": len(tr), "n_validation": len(d.validation), "n_test": len(d.test),
         "geometry": ad.geometry_, "form": form, "rank": rank, "seed": seed,
-        "selection": selection, "n_selection": len(vtable), "anchor": anchor, "warnings": warnings_,
+        "selection": selection, "n_selection": len(vtable), "selection_fallback": fallback, "anchor": anchor,
+        "warnings": warnings_,
         "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
         "mining": mining_record,
     }

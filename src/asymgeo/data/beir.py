@@ -4,7 +4,10 @@ A BEIR folder holds
 
 * ``corpus.jsonl``: one JSON object per line with ``_id``, ``title`` (optional) and ``text``;
 * ``queries.jsonl``: one JSON object per line with ``_id`` and ``text``;
-* ``qrels/<split>.tsv``: tab-separated ``query-id  corpus-id  score`` with a header line.
+* ``qrels/<split>.tsv``: tab-separated ``query-id  corpus-id  score`` with a header line;
+* optionally ``negatives.tsv`` (asymgeo's addition, written by :mod:`asymgeo.data.pairs` for
+  the negatives a user's pairs carry): tab-separated ``query-id  corpus-id`` with a header
+  line, the query's given hard negatives in order (:meth:`BeirDataset.given_negatives`).
 
 The corpus is never held in memory as text: :class:`BeirDataset` scans it once for its ids
 (lazily, on first use) and :meth:`BeirDataset.iter_corpus` streams ``(id, title, text)``.
@@ -44,11 +47,15 @@ __all__ = [
     "ids_digest",
     "warn_faults",
     "SPLIT_ORDER",
+    "NEGATIVES_FILE",
 ]
 
 logger = logging.getLogger(__name__)
 
 SPLIT_ORDER = ("train", "dev", "test")
+
+#: A dataset's given hard negatives (``query-id  corpus-id`` rows; :meth:`BeirDataset.given_negatives`).
+NEGATIVES_FILE = "negatives.tsv"
 _EXAMPLES = 5  # how many offending ids a report keeps per fault
 
 
@@ -420,6 +427,45 @@ class BeirDataset:
             if j < 0 or not isinstance(d, str):
                 raise KeyError(f"{self.corpus_file}: no document with id {d!r}")
         return [int(j) for j in rows]
+
+    @cached_property
+    def given_negatives(self) -> dict[str, list[str]]:
+        """The hard negatives the dataset gives per query (``negatives.tsv``; ``{}`` without it).
+
+        ``{query_id: [doc_id, ...]}`` in file order, repeats dropped.  :func:`asymgeo.data.load_triples`
+        puts them first among a training query's hard negatives, before the mined ones.
+
+        Raises
+        ------
+        ValueError
+            A row without two tab-separated fields, an empty id, or an id that is not in
+            ``queries.jsonl`` / ``corpus.jsonl``; the message names the file and line.
+        """
+        path = self.path / NEGATIVES_FILE
+        if not path.is_file():
+            return {}
+        queries = self.queries
+        rows: list[tuple[str, str, int]] = []
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                line = line.rstrip("\r\n")
+                if not line.strip() or (lineno == 1 and line.split("\t")[0] == "query-id"):
+                    continue
+                parts = line.split("\t")
+                if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+                    raise ValueError(f"{path}, line {lineno}: expected 'query-id<TAB>corpus-id', got {line!r:.80}")
+                rows.append((parts[0], parts[1], lineno))
+        present = self._present_docs(d for _q, d, _ln in rows)
+        out: dict[str, list[str]] = {}
+        for q, d, lineno in rows:
+            if q not in queries:
+                raise ValueError(f"{path}, line {lineno}: query-id {q!r} is not in {self.queries_file}")
+            if d not in present:
+                raise ValueError(f"{path}, line {lineno}: corpus-id {d!r} is not in {self.corpus_file}")
+            docs = out.setdefault(q, [])
+            if d not in docs:
+                docs.append(d)
+        return out
 
     def iter_corpus(self) -> Iterator[tuple[str, str, str]]:
         """Stream ``(id, title, text)`` in file order, skipping duplicate ids."""

@@ -17,9 +17,12 @@ search, and writes the BEIR folder the rest of asymgeo reads (``corpus.jsonl``,
 
 A positive or negative is found in the corpus by its text (``text``, or ``title + " " + text``);
 one that is not there is added to the corpus (id ``p-`` and the first 12 hex digits of its text's
-SHA-256).  Negatives are added to the corpus, so that they are searched as distractors; the
-adapter's training negatives are mined from the corpus by the frozen model, as for every
-dataset (:mod:`asymgeo.data.triples`).  A query's id is ``q-`` and the first 12 hex digits of its
+SHA-256).  Negatives are added to the corpus (searched as distractors) and written to
+``negatives.tsv``: a training query's given negatives are its first hard negatives in training,
+in their order, and the frozen model's mined negatives fill the other columns
+(:mod:`asymgeo.data.triples`; ``Triples.given_counts``), as ``SentenceTransformerTrainer`` uses a
+negative column.  A negative that is also one of the query's positives is not a negative and
+is dropped.  A query's id is ``q-`` and the first 12 hex digits of its
 text's SHA-256; pairs with the same query text are one query with several positives.
 
 Splits: training pairs go to ``qrels/train.tsv`` and evaluation pairs to ``qrels/test.tsv``;
@@ -44,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .beir import BeirDataset, document_text
+from .beir import NEGATIVES_FILE, BeirDataset, document_text
 from .paths import data_root
 
 __all__ = ["PairsData", "read_pairs", "read_corpus", "pairs_dataset", "prepare_pairs", "PAIRS_MARKER",
@@ -219,8 +222,10 @@ def _digest(text: str) -> str:
 
 
 def _build(train: PairsData, corpus: list[tuple[str, str, str]], evaluation: PairsData | None
-           ) -> tuple[list[tuple[str, str, str]], dict[str, str], dict[str, list[tuple[str, str]]]]:
-    """Corpus records (with added positives / negatives), queries id -> text, qrels per split."""
+           ) -> tuple[list[tuple[str, str, str]], dict[str, str], dict[str, list[tuple[str, str]]],
+                      list[tuple[str, str]]]:
+    """Corpus records (with added positives / negatives), queries id -> text, qrels per split,
+    and the given negatives as ``(query id, doc id)`` rows in the pairs' order."""
     docs = list(corpus)
     by_text: dict[str, str] = {}
     for doc_id, title, text in docs:
@@ -241,6 +246,7 @@ def _build(train: PairsData, corpus: list[tuple[str, str, str]], evaluation: Pai
 
     queries: dict[str, str] = {}
     qrels: dict[str, list[tuple[str, str]]] = {}
+    negatives: dict[str, list[str]] = {}
     owner: dict[str, tuple[str, str]] = {}
     parts = [("train" if evaluation is not None else "test", train)]
     if evaluation is not None:
@@ -260,12 +266,16 @@ def _build(train: PairsData, corpus: list[tuple[str, str, str]], evaluation: Pai
                 seen.add((qid, d))
                 rows.append((qid, d))
             for n in negs:
-                doc(n)
-    return docs, queries, qrels
+                d = doc(n)
+                if d not in negatives.setdefault(qid, []):
+                    negatives[qid].append(d)
+    positives = {(q, d) for rows in qrels.values() for q, d in rows}
+    given = [(q, d) for q, ds in negatives.items() for d in ds if (q, d) not in positives]
+    return docs, queries, qrels, given
 
 
 def _write(folder: Path, docs: list[tuple[str, str, str]], queries: dict[str, str],
-           qrels: dict[str, list[tuple[str, str]]], marker: dict[str, Any]) -> None:
+           qrels: dict[str, list[tuple[str, str]]], marker: dict[str, Any], negatives: list[tuple[str, str]]) -> None:
     with open(folder / "corpus.jsonl", "w", encoding="utf-8") as fh:
         for doc_id, title, text in docs:
             fh.write(json.dumps({"_id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n")
@@ -277,6 +287,10 @@ def _write(folder: Path, docs: list[tuple[str, str, str]], queries: dict[str, st
         with open(folder / "qrels" / f"{split}.tsv", "w", encoding="utf-8") as fh:
             fh.write("query-id\tcorpus-id\tscore\n")
             fh.writelines(f"{q}\t{d}\t1\n" for q, d in rows)
+    if negatives:
+        with open(folder / NEGATIVES_FILE, "w", encoding="utf-8") as fh:
+            fh.write("query-id\tcorpus-id\n")
+            fh.writelines(f"{q}\t{d}\n" for q, d in negatives)
     (folder / PAIRS_MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
 
 
@@ -309,16 +323,18 @@ def pairs_dataset(train_pairs: Any, *, corpus: Any = None, eval_pairs: Any = Non
     train = read_pairs(train_pairs, "train_pairs")
     evaluation = read_pairs(eval_pairs, "eval_pairs") if eval_pairs is not None else None
     docs = read_corpus(corpus) if corpus is not None else []
-    docs, queries, qrels = _build(train, docs, evaluation)
+    docs, queries, qrels, negatives = _build(train, docs, evaluation)
     h = hashlib.sha256()
     for rec in (docs, sorted(queries.items()), sorted(qrels.items())):
         h.update(json.dumps(rec, ensure_ascii=False).encode("utf-8"))
+    if negatives:  # pairs without negatives keep the digest (and the folder) they had before
+        h.update(json.dumps(negatives, ensure_ascii=False).encode("utf-8"))
     digest = h.hexdigest()
     if name is not None and (not isinstance(name, str) or not name.strip() or Path(name).name != name):
         raise ValueError(f"name: expected a folder name (no path), got {name!r}")
     dest = data_root(data_dir) / (name or f"pairs-{digest[:12]}")
     marker = {"format": "asymgeo-pairs/1", "sha256": digest, "n_corpus": len(docs), "n_queries": len(queries),
-              "n_pairs": {s: len(r) for s, r in qrels.items()}}
+              "n_pairs": {s: len(r) for s, r in qrels.items()}, "n_negatives": len(negatives)}
     if dest.exists():
         try:
             old = json.loads((dest / PAIRS_MARKER).read_text(encoding="utf-8"))
@@ -328,7 +344,7 @@ def pairs_dataset(train_pairs: Any, *, corpus: Any = None, eval_pairs: Any = Non
         if isinstance(old, dict) and old.get("sha256") == digest:
             return BeirDataset(dest)
     with building_folder(dest) as tmp:
-        _write(tmp, docs, queries, qrels, marker)
+        _write(tmp, docs, queries, qrels, marker, negatives)
     return BeirDataset(dest)
 
 

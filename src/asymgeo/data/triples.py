@@ -9,6 +9,10 @@ reported metrics).  "Unlabelled" means absent from every qrels row
 of that query (any grade, any split); with ``ignore_identical_ids`` the document whose id
 equals the query id is excluded as well.  The ``k`` best unlabelled documents are the
 query's frozen hard negatives for adapter training (the first of them is ``Y_neg``).
+Hard negatives the dataset gives (``negatives.tsv``, written from a user's
+``(query, positive, negative)`` pairs: :meth:`~asymgeo.data.BeirDataset.given_negatives`) come
+first, in their order (at most ``k``, a labelled document of the query left out), and the mined
+ones fill the remaining columns; ``given_negatives=False`` mines all ``k``.
 
 Mined negatives are cached (see :func:`load_triples`, ``triples_cache``): in the folder
 given (``triples_cache=DIR``, the CLI's ``--triples-dir``), else in ``$ASYMGEO_TRIPLES_DIR``
@@ -521,6 +525,8 @@ class Triples:
         (best first; column 0 is ``neg_rows``).
     hard_negative_ids : list of n lists of k document ids.
     skipped : dict of counts of requested queries left out, by reason.
+    given_counts : (n,) int64: how many of each query's leading hard negatives the dataset
+        gave (``negatives.tsv``); the rest were mined.  ``None`` reads as all zeros.
     """
 
     X: np.ndarray
@@ -538,6 +544,7 @@ class Triples:
     encoder: str = ""
     split: str = ""
     skipped: dict[str, int] = field(default_factory=dict)
+    given_counts: np.ndarray | None = None
     _corpus: Any = field(default=None, repr=False)
 
     def __len__(self) -> int:
@@ -587,6 +594,7 @@ class Triples:
             encoder=self.encoder,
             split=self.split,
             skipped=dict(self.skipped),
+            given_counts=None if self.given_counts is None else self.given_counts[idx],
             _corpus=self._corpus,
         )
 
@@ -607,6 +615,7 @@ def load_triples(
     require: bool = False,
     mining: str = "exact",
     mining_options: Mapping[str, Any] | None = None,
+    given_negatives: bool = True,
 ) -> Triples:
     """Relevance triples of one split from the frozen embedding cache.
 
@@ -636,6 +645,8 @@ def load_triples(
         triple cache's key, so exact and approximate negatives never share a cache file.
     mining_options : settings of the approximate index: ``nlist``, ``nprobe``, ``seed`` for
         ``"ivf"``; ``ef_search``, ``seed`` for ``"hnsw"``; none for ``"exact"``.
+    given_negatives : put the dataset's given hard negatives (``negatives.tsv``, module
+        docstring) first in ``hard_negative_rows`` (default True); False: all ``k`` mined.
 
     Returns
     -------
@@ -700,6 +711,10 @@ def load_triples(
     X = np.asarray(emb.queries[q_rows], dtype=np.float32)
     hard = _cached_hard_negatives(emb, X, kept, excludes, k, min_grade, ident, triples_cache, mining_kw)
     hard_rows = hard.indices
+    given = ds.given_negatives if given_negatives else {}
+    counts = np.zeros(len(kept), dtype=np.int64)
+    if given:
+        hard_rows, counts = _put_given_first(hard_rows, kept, given, excludes, emb, k)
     n_rows = hard_rows[:, 0].copy()
     cids = emb.corpus_ids
     return Triples(
@@ -718,5 +733,26 @@ def load_triples(
         encoder=emb.path.name,
         split=split_name,
         skipped={k_: v for k_, v in skipped.items()},
+        given_counts=counts,
         _corpus=emb.corpus,
     )
+
+
+def _put_given_first(hard_rows: np.ndarray, kept: Sequence[str], given: Mapping[str, Sequence[str]],
+                     excludes: Sequence[Collection[int]], emb: EmbeddingCache, k: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's given negatives (not labelled for it; at most ``k``) in its first columns,
+    then its mined ones not among them: ``(rows, given counts)``."""
+    out = np.array(hard_rows, dtype=np.int64, copy=True)
+    counts = np.zeros(len(kept), dtype=np.int64)
+    for i, q in enumerate(kept):
+        docs = given.get(q)
+        if not docs:
+            continue
+        first = [r for r in dict.fromkeys(int(j) for j in emb.corpus_rows(docs)) if r not in excludes[i]][:k]
+        if not first:
+            continue
+        rest = [int(r) for r in hard_rows[i] if int(r) not in first]
+        out[i] = (first + rest)[:k]
+        counts[i] = len(first)
+    return out, counts
