@@ -913,8 +913,8 @@ def test_the_verdict_says_when_the_mean_term_decides():
     from asymgeo.cli import mean_term_note
 
     assert mean_term_note("dual", 0.94, False, "shared") == (
-        "; the dual advantage is the mean term (94% of the moment): centred, CARS picks shared "
-        "(--centred decides on the directional part)")
+        "; the dual advantage is the mean term (94% of the moment); centred, shared "
+        "(CARS on the directional part: --centred)")
     assert mean_term_note("dual", 0.94, False, "dual") == ""      # centring agrees
     assert mean_term_note("dual", 0.40, False, "shared") == ""    # the mean term is not most of the moment
     assert mean_term_note("dual", 0.94, True, "shared") == ""     # already centred

@@ -253,6 +253,9 @@ def _add_select(sub):
                    help="replace an existing --plot file that asymgeo did not draw (its own figures are replaced)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress of --validate (shown on stderr, also when it is not a terminal)")
+    p.add_argument("--retrieval", action="store_true",
+                   help="with --validate: also score both closed forms I + cM_g on the held-out folds by exact "
+                        "search (NDCG@10; the verdict speaks of operator loss, this of retrieval)")
     p.set_defaults(func=_run_select)
     _add_triples_dir(p)
     return p
@@ -282,16 +285,27 @@ def _check_select_args(args) -> None:
         _check_plot_folder(args.plot, "nothing was computed")
     elif getattr(args, "overwrite", False):
         raise ValueError("--overwrite: only replaces an existing --plot file; add --plot FILE or drop --overwrite")
+    if getattr(args, "retrieval", False) and not args.validate:
+        raise ValueError("--retrieval: scores the closed forms on the held-out folds of --validate; add --validate")
 
 
-def _selector_decision(args, tr, X, D, Xc, Dc, cars):
+def _check_fold_size(folds: int, n_queries: int) -> None:
+    if n_queries // folds < _MIN_FOLD_QUERIES:
+        most = n_queries // _MIN_FOLD_QUERIES
+        raise ValueError(f"--folds {folds}: held-out folds of {n_queries:,} queries would hold "
+                         f"{n_queries // folds} each; need at least {_MIN_FOLD_QUERIES} per fold "
+                         + (f"(at most --folds {most})" if most >= 2 else "(too few queries to validate)"))
+
+
+def _selector_decision(args, tr, X, D, Xc, Dc, cars, centred: bool | None = None):
     """The registry rule ``--selector``'s :class:`~asymgeo.selectors.Decision` on the raw or centred
-    triples (``cars``: the CARS result already computed on them)."""
+    triples (``centred``: default ``--centred``; ``cars``: the CARS result already computed on them)."""
     from .selectors.cars import cars_decision
     from .selectors.registry import SelectionContext, get_rule
 
     rule = get_rule(args.selector, argument="--selector")
-    Xs, Ds = (Xc, Dc) if args.centred else (X, D)
+    centred = bool(args.centred) if centred is None else bool(centred)
+    Xs, Ds = (Xc, Dc) if centred else (X, D)
     context = SelectionContext(n_splits=args.n_splits, selector_dim=args.selector_dim, cv_folds=5,
                                cars=cars_decision(cars))
     if "retrieval" in rule.needs:  # a fifth of these queries held out, searched over the corpus
@@ -306,6 +320,17 @@ def _selector_decision(args, tr, X, D, Xc, Dc, cars):
         Xs, Ds, V, table = pool_validation(Xs, Ds, tr.query_ids, ds.all_qrels(), corpus, emb.corpus_ids, seed=args.seed)
         context = context.with_(score_operator=ranking_scorer(V, table, corpus), cars=None)
     return rule.decide(Xs, Ds, args.rank, seed=args.seed, context=context)
+
+
+def _other_reading(args, tr, X, D, Xc, Dc, decision, other_cars) -> tuple[str, str]:
+    """``(rule, choice)`` on the other reading (centred when raw, raw when centred) by the same rule;
+    a rule that needs the corpus is not rerun: CARS's reading (``other_cars``) stands in, named."""
+    from .selectors.catalogue import REFERENCE_RULE
+    from .selectors.registry import get_rule
+
+    if decision.rule == REFERENCE_RULE or not get_rule(decision.rule).triples_only:
+        return REFERENCE_RULE, other_cars.choice
+    return decision.rule, _selector_decision(args, tr, X, D, Xc, Dc, other_cars, centred=not args.centred).choice
 
 
 def _check_selector(args) -> None:
@@ -341,12 +366,7 @@ def _run_select(args) -> int:
     tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir,
                       require=True)
     if args.validate:
-        n_queries = len(set(tr.query_ids))
-        if n_queries // args.folds < _MIN_FOLD_QUERIES:
-            most = n_queries // _MIN_FOLD_QUERIES
-            raise ValueError(f"--folds {args.folds}: held-out folds of {n_queries:,} queries would hold "
-                             f"{n_queries // args.folds} each; need at least {_MIN_FOLD_QUERIES} per fold "
-                             + (f"(at most --folds {most})" if most >= 2 else "(too few queries to validate)"))
+        _check_fold_size(args.folds, len(set(tr.query_ids)))
     if args.selector_dim is not None and args.selector_dim >= tr.dim:
         print(f"asymgeo select: warning: --selector-dim {args.selector_dim} >= p = {tr.dim}: "
               "no random projection applied", file=sys.stderr)
@@ -370,16 +390,23 @@ def _run_select(args) -> int:
     other = cars_on(not args.centred)  # what centring changes (or what the raw triples say)
     decision = _selector_decision(args, tr, X, D, Xc, Dc, res)
     choice = decision.choice
+    from .selectors.registry import get_rule
+
+    other_rule, other_choice = _other_reading(args, tr, X, D, Xc, Dc, decision, other)
     moment = Xc.T @ Dc / len(tr) if args.centred else relevance_moment(tr.X, tr.Y_pos, tr.Y_neg)
     gap = approximation_gap(moment, res.rank)
     validation = _select_validation(args, tr) if args.validate else None
     _plot_select_validation(args, tr, validation)
-    verdict = select_verdict(choice, validation, selector=args.selector) + mean_term_note(
-        choice, float(mt.share), bool(args.centred), other.choice)
+    retrieval = _select_retrieval(args, tr) if getattr(args, "retrieval", False) else None
+    verdict = (select_verdict(choice, validation, selector=args.selector)
+               + mean_term_note(choice, float(mt.share), bool(args.centred), other_choice,
+                                rule=get_rule(other_rule).label)
+               + operator_loss_note(retrieval, validated=validation is not None))
     source = triples_source(args, tr)
     mean_info = {"share": float(mt.share), "centred_share": float(mt.centred_share),
                  "centred": bool(args.centred), "other_choice": other.choice,
-                 "other_score": float(other.score), "other_standard_error": float(other.standard_error)}
+                 "other_score": float(other.score), "other_standard_error": float(other.standard_error),
+                 "other_rule": other_rule, "other_rule_choice": other_choice}
     if args.json:
         out = {"dataset": tr.dataset, "encoder": tr.encoder, "split": tr.split, "n": len(tr), "n_source": source,
                "centred": bool(args.centred), "selector": args.selector, "choice": choice, "verdict": verdict,
@@ -391,6 +418,8 @@ def _run_select(args) -> int:
             out["validation"] = validation
             if getattr(args, "plot", None):
                 out["plot"] = str(args.plot)
+        if retrieval is not None:
+            out["retrieval"] = retrieval
         _print_json(out)
         return 0
     print(f"verdict: {verdict}")
@@ -409,6 +438,8 @@ def _run_select(args) -> int:
         _print_validation(validation)
         if getattr(args, "plot", None):
             print(f"plot: {args.plot}")
+    if retrieval is not None:
+        _print_retrieval(retrieval)
     return 0
 
 
@@ -430,13 +461,57 @@ def triples_source(args, tr) -> str:
     return f"every labelled query of qrels/{tr.split}.tsv{left}"
 
 
-def mean_term_note(choice: str, share: float, centred: bool, other_choice: str) -> str:
-    """The verdict's warning when the rank-1 mean term carries more than half of the raw moment and
-    the centred (directional) reading decides otherwise (issue #37); ``""`` otherwise."""
+def mean_term_note(choice: str, share: float, centred: bool, other_choice: str, rule: str = "CARS") -> str:
+    r"""The verdict's warning when the rank-1 mean term carries more than half of the raw moment and
+    the centred (directional) reading decides otherwise (issue #37); ``""`` otherwise.
+
+    ``share`` is :math:`\|\bar x \bar d^\top\|_F^2 / \|\widehat C\|_F^2` of the raw training moment
+    :math:`\widehat C = X^\top D / n`; ``other_choice`` is ``rule``'s choice on the centred triples."""
     if centred or share <= 0.5 or other_choice == choice:
         return ""
-    return (f"; the {choice} advantage is the mean term ({100 * share:.0f}% of the moment): centred, CARS picks "
-            f"{other_choice} (--centred decides on the directional part)")
+    return (f"; the {choice} advantage is the mean term ({100 * share:.0f}% of the moment); centred, {other_choice} "
+            f"({rule} on the directional part: --centred)")
+
+
+def operator_loss_note(retrieval: dict | None, *, validated: bool = True) -> str:
+    r"""The verdict's last clause: what it speaks of.  CARS, SURE and ``--validate`` judge the
+    operator loss :math:`\|\widehat M_g - M\|_F^2` (held-out: :math:`L_g`), not retrieval; with
+    ``--retrieval`` the held-out NDCG@10 of both closed forms (:func:`asymgeo.retrieval.heldout_retrieval`)
+    is quoted beside it, the difference dual - shared with its paired standard error."""
+    if retrieval is None:
+        how = "--retrieval" if validated else "--validate --retrieval"
+        return (f"; this speaks of operator loss, not retrieval ({how} adds NDCG@10 of both closed forms by "
+                "exact search)")
+    d, se = retrieval["diff"], retrieval["standard_error"]
+    lead = "dual" if d > 2 * se else "shared" if d < -2 * se else "neither family beyond 2 SE"
+    return (f"; this speaks of operator loss; retrieval on {retrieval['n_queries']} held-out queries (closed forms, "
+            f"exact search): NDCG@10 shared {retrieval['ndcg']['shared']:.4f}, dual {retrieval['ndcg']['dual']:.4f}, "
+            f"dual - shared {d:+.4f} +/- {se:.4f} ({lead})")
+
+
+def _select_retrieval(args, tr) -> dict:
+    """``select --validate --retrieval``: both closed forms fitted on each held-out fold's training
+    pool and scored by exact-search NDCG@10 on that fold's queries (the folds of ``--validate``)."""
+    import numpy as np
+
+    from .data import load_beir, load_embeddings
+    from .retrieval.ranking_selector import heldout_retrieval
+
+    ds = load_beir(args.dataset, data_dir=args.data_dir)
+    emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
+    X = np.asarray(tr.X, dtype=np.float64)
+    D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
+    res = heldout_retrieval(X, D, tr.query_ids, ds.all_qrels(), np.asarray(emb.corpus, dtype=np.float32),
+                            emb.corpus_ids, args.rank, folds=args.folds, seed=args.seed,
+                            centred=bool(args.centred))
+    return res.as_dict()
+
+
+def _print_retrieval(r: dict) -> None:
+    print(f"retrieval: closed forms I + cM_g/||M_g||_2 fitted on each of the {r['n_folds']} folds' training pools "
+          f"(c chosen on a fifth of the pool), exact search, NDCG@10 of {r['n_queries']} held-out queries")
+    print(f"  frozen {r['ndcg']['frozen']:.4f}, shared {r['ndcg']['shared']:.4f}, dual {r['ndcg']['dual']:.4f}; "
+          f"dual - shared {r['diff']:+.4f} +/- {r['standard_error']:.4f} (paired over queries)")
 
 
 def _native_dict(result) -> dict:
@@ -450,6 +525,8 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     """The sentence ``select`` leads with: the family, the selector, and the validated evidence at
     the largest validated training size (the one closest to the user's pool), or that the data
     cannot tell."""
+    import numpy as np
+
     from .selectors.registry import get_rule
 
     name = get_rule(selector).label
@@ -464,27 +541,31 @@ def select_verdict(choice: str, validation: dict | None, selector: str = "cars")
     acc_fixed = "shared" if acc["shared"] >= acc["dual"] else "dual"    # the more accurate fixed rule
     reg_fixed = "shared" if reg["shared"] <= reg["dual"] else "dual"    # the fixed rule with the lower regret
     better = reg[reg_fixed]
-    red = 1.0 - reg_rule / better if better > 0 else float("nan")
+    # a fixed rule with no regret at all: the selector ties it or is worse by any regret it has
+    red = 1.0 - reg_rule / better if better > 0 else (0.0 if reg_rule <= 0 else float("-inf"))
     last = _merge_full_pool_sizes(validation["per_size"])[-1]  # 517 and 518: one row, the full pool
     wins = last["heldout_dual"] if choice == "dual" else last["cells"] - last["heldout_dual"]
     at = f"at {last['label']} queries {choice} had the lower held-out loss in {wins} of {last['cells']} folds"
     if "decided" in last:
         at += (f" (held-out difference beyond two bootstrap standard errors in {last['decided']} of "
                f"{last['cells']})")
-    red_txt = f"{100 * red:.0f}%" if red == red else "–"
+    red_txt = f"{100 * red:.0f}%" if np.isfinite(red) else "–"
     regret_txt = f"regret {red_txt} below always-{reg_fixed}'s"
     accuracy_txt = f"accuracy {100 * acc_rule:.1f}% vs always-{acc_fixed} {100 * acc[acc_fixed]:.1f}%"
     worse = []  # each measure names the fixed rule it compares with
     if red < -1e-9:
         worse.append(f"always-{reg_fixed} had the lower regret ({reg[reg_fixed]:.4g} vs {reg_rule:.4g}: the "
-                     f"selector's {100 * -red:.0f}% above)")
+                     + (f"selector's {100 * -red:.0f}% above)" if np.isfinite(red) else "fixed rule's is zero)"))
     if acc_rule < acc[acc_fixed] - 1e-9:
         worse.append(f"always-{acc_fixed} was more accurate ({100 * acc[acc_fixed]:.1f}% vs {100 * acc_rule:.1f}%)")
     if worse:
         return f"validation does not support {choice} ({name}) on held-out folds: {' and '.join(worse)}; {at}"
     if acc_rule <= acc[acc_fixed] + 1e-9 and not red > 1e-9:
-        return (f"{choice} ({name}), but the selector adds nothing here: always-{acc_fixed} is as accurate "
-                f"({100 * acc[acc_fixed]:.1f}%) with regret as low; {at}")
+        same = (f"always-{acc_fixed} is as accurate ({100 * acc[acc_fixed]:.1f}%) with regret as low"
+                if acc_fixed == reg_fixed else
+                f"always-{acc_fixed} is as accurate ({100 * acc[acc_fixed]:.1f}%) and always-{reg_fixed}'s regret "
+                f"as low ({reg[reg_fixed]:.4g} vs {reg_rule:.4g})")
+        return f"{choice} ({name}), but the selector adds nothing here: {same}; {at}"
     if red >= 0.5 and acc_rule > acc[acc_fixed]:
         return f"validation supports {choice} ({name}): {regret_txt}, {accuracy_txt}; {at}"
     return f"the data cannot tell: {name} picks {choice}, {regret_txt}, {accuracy_txt}; {at}"
@@ -532,9 +613,6 @@ def _print_validation(v: dict) -> None:
     acc = v["accuracy"]
     print(f"  CARS chose the lower held-out loss in {100 * acc['cars']:.1f}% of cells (always-shared "
           f"{100 * acc['shared']:.1f}%, always-dual {100 * acc['dual']:.1f}%)")
-    red = float("nan") if v["reduction"] is None else float(v["reduction"])
-    if red == red:
-        print(f"  CARS's regret is {100 * abs(red):.0f}% {'below' if red >= 0 else 'above'} the better fixed rule's")
     from .selectors.catalogue import REFERENCE_RULE
     from .selectors.registry import get_rule
 
@@ -542,6 +620,18 @@ def _print_validation(v: dict) -> None:
     chosen = v.get("selector", REFERENCE_RULE)
     if chosen in others:
         print(f"  {get_rule(chosen).label} chose the lower held-out loss in {100 * acc[chosen]:.1f}% of cells")
+    reg_fixed = "shared" if reg["shared"] <= reg["dual"] else "dual"  # the reduction's reference: lower regret
+    for g in dict.fromkeys([REFERENCE_RULE, chosen]):
+        if g not in reg:
+            continue
+        label = "CARS" if g == REFERENCE_RULE else get_rule(g).label
+        if reg[reg_fixed] > 0:
+            red = 1.0 - reg[g] / reg[reg_fixed]
+            print(f"  {label}'s regret is {100 * abs(red):.0f}% {'below' if red >= 0 else 'above'} "
+                  f"always-{reg_fixed}'s (the fixed rule with the lower regret)")
+        else:
+            print(f"  {label}'s regret is {reg[g]:.4g}, always-{reg_fixed}'s is zero (the fixed rule with the "
+                  "lower regret)")
     print(f"  mean held-out regret: CARS {reg['cars']:.4g}, always-shared {reg['shared']:.4g}, "
           f"always-dual {reg['dual']:.4g}" + "".join(f", {get_rule(g).label} {reg[g]:.4g}" for g in others))
     print(f"  strict fold wins (CARS below both fixed rules): {v['fold_wins']} of {v['n_folds']}")

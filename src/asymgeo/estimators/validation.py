@@ -233,6 +233,77 @@ def _run_tasks(tasks: list[Any], workers: int, on_done: Any = None) -> list[dict
     return [row for rows in out for row in rows]  # type: ignore[union-attr]
 
 
+#: Seconds between two progress lines of :class:`LineProgress` (piped ``select --validate``).
+PIPED_PROGRESS_INTERVAL = 5.0
+
+
+class LineProgress:
+    """Progress as plain lines on a stream that is not a terminal (a log, a pipe, CI).
+
+    One line when it starts, then ``"<desc>: done/total <unit> (pct%), E s elapsed, about T s
+    left"`` at most every ``interval`` seconds, and a last line when it closes; where
+    ``T = E (total - done) / done``.  A heartbeat thread repeats the current line every
+    ``interval`` seconds while nothing finishes, so a slow step is never silent.
+
+    Parameters
+    ----------
+    total : steps expected.
+    desc : what runs (the line's prefix, after ``asymgeo:``).
+    unit : the steps' name.
+    interval : seconds between lines (default :data:`PIPED_PROGRESS_INTERVAL`, read when created).
+    stream : where the lines go (default ``sys.stderr``).
+    """
+
+    def __init__(self, total: int, desc: str, *, unit: str = "steps", interval: float | None = None,
+                 stream: Any = None):
+        import sys
+        import threading
+        import time
+
+        self.total, self.desc, self.unit = int(total), str(desc), unit
+        self.interval = float(PIPED_PROGRESS_INTERVAL if interval is None else interval)
+        self.stream = sys.stderr if stream is None else stream
+        self._clock = time.monotonic
+        self.done = 0
+        self._start = self._last = self._clock()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._write(f"asymgeo: {self.desc}: 0/{self.total} {self.unit}, started")
+        self._heart = threading.Thread(target=self._beat, daemon=True)
+        self._heart.start()
+
+    def _write(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def _line(self) -> str:
+        elapsed = self._clock() - self._start
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        left = (f", about {elapsed * (self.total - self.done) / self.done:.0f} s left" if 0 < self.done < self.total
+                else "")
+        return f"asymgeo: {self.desc}: {self.done}/{self.total} {self.unit} ({pct:.0f}%), {elapsed:.0f} s elapsed{left}"
+
+    def _beat(self) -> None:
+        while not self._stop.wait(max(self.interval, 0.05)):
+            with self._lock:
+                if self._clock() - self._last >= self.interval:
+                    self._last = self._clock()
+                    self._write(self._line())
+
+    def update(self, k: int = 1) -> None:
+        with self._lock:
+            self.done += int(k)
+            if self._clock() - self._last >= self.interval and self.done < self.total:
+                self._last = self._clock()
+                self._write(self._line())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._heart.join()
+        with self._lock:
+            self._write(self._line().replace(" elapsed", " in all") if self.done >= self.total else
+                        self._line() + " (stopped)")
+
+
 @dataclass
 class _SizeTask:
     """One training size of one fold: every rank's cell (callable, for the thread pool)."""
@@ -575,7 +646,8 @@ def validate_selection(
     n_jobs : threads over the (fold, size) cells (None: every usable core when p >= 256,
         else 1); every cell runs with single-threaded BLAS, so the result does not depend on it.
     progress : a tqdm bar over the (fold, size) cells (done / total, elapsed, time left); ``None``:
-        only on a terminal.  When stderr is not a terminal the bar writes at most every 5 s.
+        only on a terminal.  When stderr is not a terminal, ``True`` writes plain lines instead
+        (:class:`LineProgress`, at most every :data:`PIPED_PROGRESS_INTERVAL` seconds).
     cv_folds : when >= 2, also validate the cross-validated operator-risk selector with that
         many inner folds (regret ``"cv"``, cell keys ``cv_choice``).
     bootstrap : resamples of each held-out fold for the standard error of its ``L_s - L_d``
@@ -633,14 +705,21 @@ def validate_selection(
                              bootstrap=bootstrap)
     import sys
 
-    from tqdm.auto import tqdm
-
-    # on a terminal the bar redraws in place; piped (a log, CI) it writes a line at most every 5 s
+    # on a terminal a tqdm bar redraws in place; piped (a log, CI) plain lines, at most every
+    # PIPED_PROGRESS_INTERVAL seconds and also while a slow cell keeps the count still
     piped = not getattr(sys.stderr, "isatty", lambda: False)()
-    bar = tqdm(total=len(tasks), desc=f"validate rank {rank}", unit="cell", disable=False if progress else
-               (None if progress is None else True), leave=False, mininterval=5.0 if piped else 0.1)
-    cells = _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p), on_done=lambda _k: bar.update(1))
-    bar.close()
+    bar: Any
+    if progress and piped:
+        bar = LineProgress(len(tasks), f"validate rank {rank}", unit="cells")
+    else:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), desc=f"validate rank {rank}", unit="cell", disable=False if progress else
+                   (None if progress is None else True), leave=False, mininterval=0.1)
+    try:
+        cells = _run_tasks(tasks, _cell_workers(n_jobs, len(tasks), p), on_done=lambda _k: bar.update(1))
+    finally:
+        bar.close()
     s = summarise_cells(cells)
     return SelectionValidation(
         cars_accuracy=s["cars_accuracy"],

@@ -13,6 +13,7 @@ BUILTIN_RULES: dict[str, str] = {
     "cv": "asymgeo.selectors.cross_validation",
     "cv0": "asymgeo.selectors.cross_validation_sign",
     "cvx": "asymgeo.selectors.extrapolated_cv",
+    "cvp": "asymgeo.selectors.pooled_cv",
     "pairwise": "asymgeo.selectors.pairwise",
     "ranking": "asymgeo.selectors.ranking",
     "validation": "asymgeo.selectors.validation",
