@@ -39,8 +39,17 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "        mem.extend(d.V, _relevant_rows(d, val_ids))\n", "        pass\n",
      ["tests/adapters/test_document_memory.py", "-k", "fit_adapter_deploys"]),
     ("fit selects its checkpoint on the test split", "adapters/workflow.py",
-     "validation_queries=V, validation_relevance=vtable)", "validation_queries=d.T, validation_relevance=d.test)",
+     "validation_queries=V if sel_V is None else sel_V,\n                     "
+     "validation_relevance=vtable if sel_table is None else sel_table)",
+     "validation_queries=d.T if sel_V is None else sel_V,\n                     "
+     "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
+    ("the deployment guard ignores protected queries", "adapters/workflow.py",
+     'rec["feasible"] = bool((not guard) or rec["protected_ci_high"] >= 0.0)', 'rec["feasible"] = True',
+     ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),
+    ("the jointly deployed memory never holds the validation queries", "adapters/workflow.py",
+     "            mem.extend(d.V, _relevant_rows(d, list(d.validation.query_ids)))\n", "            pass\n",
+     ["tests/adapters/test_joint_deployment.py", "-k", "deployed_whole_among"]),
     ("fit trains on the validation split", "adapters/workflow.py",
      'tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb,',
      'tr = load_triples(ds, encoder, "validation" if train_ids is None else list(train_ids), cache=emb,',

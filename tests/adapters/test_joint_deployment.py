@@ -114,7 +114,7 @@ def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report
     qa, qd = j["candidates"]["query (all)"], j["candidates"]["query (document_disjoint)"]
     assert qa["map_validation_ndcg@10"] >= qd["map_validation_ndcg@10"] - 1e-9
     # the deployed memory holds the training and then the validation queries
-    assert rep.adapter.memory_ is None or rep.adapter.memory_.table_.n_keys == 120 + 162
+    assert rep.adapter.memory_ is not None and rep.adapter.memory_.table_.n_keys == 120 + 162
 
 
 def test_candidates_family_keeps_the_selectors_family(shared_dir):

@@ -177,14 +177,15 @@ def auto_phrase(auto: dict[str, Any]) -> str:
     ``"dual, the higher validation NDCG@10 beyond one standard error"``, ``"shared, a tie within one
     standard error kept by the one-SE rule"``, ``"dual, a tie within one standard error broken by
     CARS"``, or ``"dual by sure"`` for a rule that decides from the training triples."""
-    choice, rule = auto.get("choice"), str(auto.get("rule", ""))
-    if rule == "validation":
-        return f"{choice}, the higher validation NDCG@10 beyond one standard error"
-    if rule == "tie: shared":
-        return f"{choice}, a tie within one standard error kept by the one-SE rule"
-    if rule == "tie: CARS":
-        return f"{choice}, a tie within one standard error broken by CARS"
-    return f"{choice} by {rule}"
+    choice, outcome = auto.get("choice"), str(auto.get("rule", ""))
+    phrase = _AUTO_OUTCOME_PHRASES.get(outcome)
+    return f"{choice}, {phrase}" if phrase else f"{choice} by {outcome}"
+
+
+#: the validation rule's outcomes (``metrics["auto"]["rule"]``) in words, for :func:`auto_phrase`
+_AUTO_OUTCOME_PHRASES = {"validation": "the higher validation NDCG@10 beyond one standard error",
+                         "tie: shared": "a tie within one standard error kept by the one-SE rule",
+                         "tie: CARS": "a tie within one standard error broken by CARS"}
 
 
 def decide_family(selector: str, tr: Any, V: np.ndarray, table: Any, corpus: np.ndarray, rank: int, cars: Any, *,
