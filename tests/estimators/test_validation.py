@@ -281,7 +281,7 @@ def test_cells_do_not_depend_on_threads_and_share_one_decomposition_per_size(mon
                                 progress=True)
     assert one.cells == two.cells
     err = capsys.readouterr().err
-    assert "0/9 [" in err and "cell/s" in err        # the bar counts cells (9), not folds (3)
+    assert "0/9 cells" in err and "9/9 cells" in err  # the progress counts cells (9), not folds (3)
     eigen_passed.clear()
     fv.validate_selection(X, Yp, Yn, 3, folds=3, sizes=(16,), n_splits=3, seed=2, selector_dim=50)
     assert eigen_passed == [False] * 3               # SURE sees the projected moment: its own eigenpairs
