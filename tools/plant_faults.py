@@ -45,7 +45,7 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
     ("the deployment guard ignores protected queries", "adapters/workflow.py",
-     'rec["feasible"] = bool((not guard) or rec["protected_ci_high"] >= 0.0)', 'rec["feasible"] = True',
+     'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)', 'rec["feasible"] = True',
      ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),
     ("the jointly deployed memory never holds the validation queries", "adapters/workflow.py",
      "            mem.extend(d.V, _relevant_rows(d, list(d.validation.query_ids)))\n", "            pass\n",

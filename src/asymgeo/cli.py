@@ -860,7 +860,7 @@ def _add_fit(sub):
                    help="with --geometry auto, --memory auto and the default --selector: joint (default): the query-only map (checkpoint "
                         "chosen on the selection queries, and on all validation queries) joins the selector's "
                         "family, each with its memory, and the whole with the best validation NDCG@10 is kept "
-                        "unless it is below frozen beyond noise on document-disjoint validation queries; family: "
+                        "unless it loses on average on document-disjoint validation queries; family: "
                         "the selector's family alone")
     p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
                    help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
@@ -1014,7 +1014,7 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
         parts = [f"{n} {c['validation_ndcg@10']:.4f}" + ("" if c["feasible"] else " (guard)")
                  for n, c in j["candidates"].items()]
         print(f"deployed: {j['choice']} + memory, by {j['rule']} (validation NDCG@10 with memory: "
-              + ", ".join(parts) + f"; guard: not below frozen beyond noise on {j['n_protected']} "
+              + ", ".join(parts) + f"; guard: no loss on average on {j['n_protected']} "
               "document-disjoint validation queries)")
     mining = m.get("mining") or {}
     if mining.get("given"):

@@ -17,6 +17,9 @@ from asymgeo.data import ids_digest, write_embeddings
 from asymgeo.data.synthetic import make_synthetic_beir
 from asymgeo.kernels.folds import nested_subsets
 
+# one worker trains the module's encoder once (the module fixtures are per worker under xdist)
+pytestmark = pytest.mark.xdist_group("finetune")
+
 ENC = "all-MiniLM-L6-v2"
 RUN = {"epochs": (1, 2), "batch_size": 8, "learning_rate": 1e-4, "max_train": 10, "seed": 0}
 

@@ -102,3 +102,64 @@ def test_memory_table_errors_name_the_input():
         memory_gate(np.zeros(2), 1.0)
     with pytest.raises(ValueError, match=r"queries: expected shape \(m, 3\)"):
         memory_boosts(np.zeros((2, 4)), memory_table(K, [{1}, {2}]), 0.0, 1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), levels=st.integers(1, 6), t=st.integers(1, 12), extra=st.integers(1, 60))
+def test_partial_top_equals_the_full_lexsort_under_heavy_ties(seed, levels, t, extra):
+    # scores from a few levels (ties everywhere, -inf among them): the partial sort must keep
+    # exactly the lexsort's first t entries (score descending, then candidate row ascending)
+    from asymgeo.retrieval.memory import RERANK_PATHS, _top_by_score_then_row
+
+    rng = np.random.default_rng(seed)
+    m, width = 7, 4 * t + extra
+    sc = rng.integers(0, levels, size=(m, width)).astype(np.float32)
+    sc[rng.random((m, width)) < 0.1] = -np.inf
+    cand = np.stack([rng.permutation(width * 3)[:width] for _ in range(m)]).astype(np.int64)
+    before = RERANK_PATHS["partial"]
+    s, i = _top_by_score_then_row(sc, cand, t)
+    assert RERANK_PATHS["partial"] == before + 1  # the fast path ran, not the whole-row sort
+    # the reference: every row sorted by hand with Python's sort on (-score, row)
+    for r in range(m):
+        want = sorted(range(width), key=lambda j: (-float(sc[r, j]), int(cand[r, j])))[:t]
+        assert i[r].tolist() == [int(cand[r, j]) for j in want]
+        assert s[r].tolist() == [float(sc[r, j]) for j in want]
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), tau=st.floats(-0.9, 0.9))
+def test_similarity_once_then_gate_equals_the_gate_of_every_pair(seed, tau):
+    # the gate is applied after the per-document maximum: the same boosts as gating every
+    # (key, document) pair first, checked with a Python loop over the pairs
+    from asymgeo.retrieval.memory import memory_similarity
+
+    rng = np.random.default_rng(seed)
+    p, N, n_keys, m = 5, 30, 9, 6
+    K, Q = _unit(rng, n_keys, p), _unit(rng, m, p)
+    rel = [set(rng.choice(N, size=int(rng.integers(0, 4)), replace=False).tolist()) for _ in range(n_keys)]
+    mem = memory_table(K, rel, n_docs=N)
+    sim = memory_similarity(Q, mem)
+    b = memory_boosts(Q, mem, tau, 1.5, similarity=sim)
+    for j, d in enumerate(mem.documents.tolist()):
+        finders = [i for i, r in enumerate(rel) if d in r]
+        S = Q.astype(np.float64) @ K[finders].T.astype(np.float64)
+        np.testing.assert_allclose(sim[:, j], S.max(axis=1), atol=1e-6)
+        np.testing.assert_allclose(b[:, j], 1.5 * (np.maximum(S - tau, 0) / (1 - tau)).max(axis=1), atol=1e-5)
+    np.testing.assert_array_equal(b, memory_boosts(Q, mem, tau, 1.5))
+
+
+def test_memory_search_takes_the_partial_sort_on_a_large_memory_and_is_still_brute_force():
+    from asymgeo.retrieval.memory import RERANK_PATHS
+
+    rng = np.random.default_rng(11)
+    p, N, n_keys, m, k = 6, 400, 80, 12, 5
+    C, K, Q = _unit(rng, N, p), _unit(rng, n_keys, p), _unit(rng, m, p)
+    rel = [set(rng.choice(N, size=3, replace=False).tolist()) for _ in range(n_keys)]
+    mem = memory_table(K, rel, n_docs=N)
+    before = RERANK_PATHS["partial"]
+    s, i = memory_search(Q, C, k, memory=mem, threshold=-0.5, weight=0.7)
+    assert RERANK_PATHS["partial"] > before
+    S = _dense_scores(Q, C, None, K, rel, -0.5, 0.7)
+    want = np.lexsort((np.broadcast_to(np.arange(N), S.shape), -S), axis=-1)[:, :k]
+    np.testing.assert_allclose(s, np.take_along_axis(S, want, 1), atol=1e-5)
+    np.testing.assert_allclose(np.take_along_axis(S, i, 1), np.take_along_axis(S, want, 1), atol=1e-5)

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from ..retrieval.memory import MemoryTable, memory_boosts, memory_rerank, memory_table
+from ..retrieval.memory import MemoryTable, memory_boosts, memory_rerank, memory_similarity, memory_table
 from ..retrieval.search import memory_candidates
 
 __all__ = ["DocumentMemory", "GATE_QUANTILES", "WEIGHT_MULTIPLES", "MIN_PROTECTED"]
@@ -129,8 +129,9 @@ class DocumentMemory:
         best = (self.map_validation_ndcg_, 1.0, 0.0, 0.0)  # (ndcg, tau, alpha, protected diff): no memory
         best_values = base
         self.history_: list[dict[str, float]] = []
+        sim = memory_similarity(V, table)  # one pass over the pairs serves every gate
         for tau in sorted(taus, reverse=True):  # strictest first: on a tie the stricter gate stays
-            unit = memory_boosts(V, table, tau, 1.0)
+            unit = memory_boosts(V, table, tau, 1.0, similarity=sim)
             for w in ws:
                 alpha = w * self.scale_
                 if alpha <= 0:

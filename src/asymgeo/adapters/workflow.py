@@ -289,10 +289,14 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
     :meth:`~asymgeo.adapters.memory.DocumentMemory.extend`).  Each is scored by its memory's
     per-query validation NDCG@10 ``v_c`` (``memory.validation_values_``: map plus memory on
     every validation query).  The *guard*: on the ``protected`` validation queries (none of
-    whose relevant documents is a training positive) the paired difference
-    ``v_c - frozen_values`` must not be below zero beyond noise, that is the upper end of its
-    95% bootstrap interval (:func:`~asymgeo.retrieval.compare.paired_comparison`) is
-    :math:`\ge 0`.  Among the candidates that pass, the one with the highest mean
+    whose relevant documents is a training positive) the mean paired difference
+    ``v_c - frozen_values`` must be :math:`\ge 0`: the candidate loses nothing there on
+    average, the same rule the memory's own gate obeys
+    (:meth:`~asymgeo.adapters.memory.DocumentMemory.fit`).  Its 95% bootstrap interval
+    (:func:`~asymgeo.retrieval.compare.paired_comparison`) is recorded beside it; a guard on the
+    interval alone ("not below frozen beyond noise") let a map that loses 0.017 on the
+    protected validation queries through, and it lost 0.039 on unseen-document test queries
+    (SciFact, MiniLM, seed 1).  Among the candidates that pass, the one with the highest mean
     :math:`\bar v_c` is deployed (ties: the first listed).  With fewer than ``min_protected``
     protected queries the guard is not applied and ``note`` says so; when no candidate
     passes, the one with the highest protected mean is deployed (``note`` says so).
@@ -322,7 +326,7 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
         if guard:
             cmp = paired_comparison(v[prot], fz[prot], n_boot=2000, confidence=GUARD_CONFIDENCE, seed=seed)
             rec.update(protected_ci_low=cmp.ci_low, protected_ci_high=cmp.ci_high)
-        rec["feasible"] = bool((not guard) or rec["protected_ci_high"] >= 0.0)
+        rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)
         records[name] = rec
     feasible = [n for n, r in records.items() if r["feasible"]]
     note, rule = "", "highest validation NDCG@10 among the guarded candidates"
@@ -332,7 +336,7 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
         rule = "highest validation NDCG@10 (no guard)"
     if not feasible:
         choice = max(records, key=lambda n: records[n].get("protected_diff", 0.0))
-        note = ("deployment: every candidate is below frozen beyond noise on the document-disjoint validation "
+        note = ("deployment: every candidate is below frozen on average on the document-disjoint validation "
                 f"queries; deploying {choice!r}, the least harmful there")
         rule = "least harm on protected validation queries"
     else:
@@ -495,7 +499,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     the deployed whole, map plus memory: the family the selector picked, the query-only map
     with its checkpoint chosen on the selection queries and the query-only map chosen on all
     validation queries each get a memory, and :func:`choose_deployment` keeps the one with the
-    highest validation NDCG@10 among those not below frozen beyond noise on the
+    highest validation NDCG@10 among those that lose nothing to frozen on average on the
     document-disjoint validation queries (``metrics["joint"]``, ``FitReport.joint``);
     ``"family"``: the selector's family alone carries the memory.
     Returns the trained adapter, the closed-form baseline of the same geometry, the

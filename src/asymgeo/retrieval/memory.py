@@ -23,6 +23,7 @@ Documents are never re-encoded and no row of an index changes; the memory itself
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,10 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MemoryTable", "MemoryCandidates", "memory_table", "memory_table_from_pairs", "memory_gate",
-           "memory_boosts", "memory_rerank", "QUERY_BLOCK", "TIE_DEPTH"]
+           "memory_similarity", "memory_boosts", "memory_rerank", "RERANK_PATHS", "QUERY_BLOCK", "TIE_DEPTH"]
+
+#: how often :func:`memory_rerank` sorted whole rows (``"full"``) or only each row's top (``"partial"``)
+RERANK_PATHS: Counter[str] = Counter()
 
 #: queries scored against the keys at once (bounds the (queries x pairs) block)
 QUERY_BLOCK = 1024
@@ -108,25 +112,54 @@ def memory_gate(similarity: np.ndarray, threshold: float) -> np.ndarray:
     return np.maximum(np.asarray(similarity, dtype=np.float32) - np.float32(threshold), 0.0) / np.float32(1 - threshold)
 
 
-def memory_boosts(queries: Any, memory: MemoryTable, threshold: float, weight: float) -> np.ndarray:
-    r"""Boosts :math:`b_d(x)` (module docstring) of every remembered document, (m, n_documents).
-
-    Column ``j`` is corpus row ``memory.documents[j]``; each entry is the largest gated
-    similarity over the keys that found that document, times ``weight``.
-    """
-    if not (np.isfinite(weight) and weight >= 0):
-        raise ValueError(f"weight: expected a finite number >= 0, got {weight!r}")
+def _check_queries(queries: Any, memory: MemoryTable) -> np.ndarray:
     Q = np.asarray(queries, dtype=np.float32)
     if Q.ndim != 2 or Q.shape[1] != memory.keys.shape[1]:
         raise ValueError(f"queries: expected shape (m, {memory.keys.shape[1]}), got {Q.shape}")
+    return Q
+
+
+def memory_similarity(queries: Any, memory: MemoryTable) -> np.ndarray:
+    r""":math:`\max_{q \in K_d} x^\top q` for every query ``x`` and remembered document ``d``, (m, n_documents).
+
+    Column ``j`` is corpus row ``memory.documents[j]``.  The gate is non-decreasing, so
+    :math:`\max_q g(x^\top q) = g(\max_q x^\top q)`: one pass over the (key, document) pairs
+    serves every gate ``tau`` (:func:`memory_boosts`, and the grid of
+    :meth:`asymgeo.adapters.memory.DocumentMemory.fit`).  The per-document maximum is one
+    ``np.maximum.reduceat`` over the pairs sorted by document.
+    """
+    Q = _check_queries(queries, memory)
     out = np.zeros((Q.shape[0], memory.n_documents), dtype=np.float32)
-    if memory.pair_key.size == 0 or weight == 0:
+    if memory.pair_key.size == 0:
         return out
+    order = np.argsort(memory.pair_slot, kind="stable")
+    slots = memory.pair_slot[order]
+    starts = np.flatnonzero(np.r_[True, slots[1:] != slots[:-1]])  # every document has >= 1 pair
+    keys_by_pair = memory.pair_key[order]
     for q0 in range(0, Q.shape[0], QUERY_BLOCK):
         S = Q[q0:q0 + QUERY_BLOCK] @ memory.keys.T  # (b, n_keys)
-        G = memory_gate(S[:, memory.pair_key], threshold)  # (b, n_pairs)
-        blk = out[q0:q0 + QUERY_BLOCK]
-        np.maximum.at(blk.T, memory.pair_slot, G.T)  # per document: the max over its keys
+        out[q0:q0 + QUERY_BLOCK] = np.maximum.reduceat(S[:, keys_by_pair], starts, axis=1)
+    return out
+
+
+def memory_boosts(queries: Any, memory: MemoryTable, threshold: float, weight: float, *,
+                  similarity: np.ndarray | None = None) -> np.ndarray:
+    r"""Boosts :math:`b_d(x)` (module docstring) of every remembered document, (m, n_documents).
+
+    Column ``j`` is corpus row ``memory.documents[j]``; each entry is the largest gated
+    similarity over the keys that found that document, times ``weight``:
+    ``weight * memory_gate(memory_similarity(queries, memory), threshold)``.
+    ``similarity``: that (m, n_documents) maximum when already computed.
+    """
+    if not (np.isfinite(weight) and weight >= 0):
+        raise ValueError(f"weight: expected a finite number >= 0, got {weight!r}")
+    Q = _check_queries(queries, memory)
+    if memory.pair_key.size == 0 or weight == 0:
+        return np.zeros((Q.shape[0], memory.n_documents), dtype=np.float32)
+    S = memory_similarity(Q, memory) if similarity is None else similarity
+    if S.shape != (Q.shape[0], memory.n_documents):
+        raise ValueError(f"similarity: expected shape {(Q.shape[0], memory.n_documents)}, got {S.shape}")
+    out = memory_gate(S, threshold)
     out *= np.float32(weight)
     return out
 
@@ -147,6 +180,28 @@ class MemoryCandidates:
 
 #: extra depth searched beyond k, so a tie group at rank k is seen whole when reordered by id
 TIE_DEPTH = 16
+
+
+def _top_by_score_then_row(sc: np.ndarray, cand: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's first ``t`` entries ordered by score descending, then candidate row ascending.
+
+    The same as ``np.lexsort((cand, -sc))[:, :t]`` without sorting whole rows: every entry
+    of a row's first ``t`` scores at least the row's ``t``-th largest score, so the ``C``
+    largest per row (``C`` the most entries any row has at or above its own ``t``-th largest,
+    ties included) hold them all, and only those ``C`` columns are sorted.
+    """
+    width = sc.shape[1]
+    if t >= width or width <= 4 * t:
+        RERANK_PATHS["full"] += 1
+        order = np.lexsort((cand, -sc), axis=-1)[:, :t]
+    else:
+        RERANK_PATHS["partial"] += 1
+        kth = np.partition(sc, width - t, axis=1)[:, width - t]
+        c = int((sc >= kth[:, None]).sum(axis=1).max()) if sc.shape[0] else t
+        part = np.argpartition(-sc, c - 1, axis=1)[:, :c]
+        psc, pcand = np.take_along_axis(sc, part, axis=1), np.take_along_axis(cand, part, axis=1)
+        order = np.take_along_axis(part, np.lexsort((pcand, -psc), axis=-1)[:, :t], axis=1)
+    return np.take_along_axis(sc, order, axis=1), np.take_along_axis(cand, order, axis=1)
 
 
 def memory_rerank(cands: MemoryCandidates, memory: MemoryTable, boosts: np.ndarray, k: int, *,
@@ -171,11 +226,13 @@ def memory_rerank(cands: MemoryCandidates, memory: MemoryTable, boosts: np.ndarr
     bs[hit] = total[rows, s[hit]]
     extra = total.copy()
     extra[rows, s[hit]] = -np.inf  # already among the map's top K
-    cand = np.concatenate([bi, np.broadcast_to(memory.documents, (m, memory.n_documents))], axis=1)
+    # a remembered document outside the map's top K with no boost for any query of the batch
+    # keeps its map score, which K documents already reach: only boosted columns can enter
+    live = np.flatnonzero((boosts > 0).any(axis=0)) if boosts.size else np.zeros(0, dtype=np.int64)
+    extra = extra[:, live]
+    cand = np.concatenate([bi, np.broadcast_to(memory.documents[live], (m, live.size))], axis=1)
     sc = np.concatenate([bs, extra], axis=1)
-    order = np.lexsort((cand, -sc), axis=-1)[:, : min(cand.shape[1], k + TIE_DEPTH)]
-    top_s = np.take_along_axis(sc, order, axis=1)
-    top_i = np.take_along_axis(cand, order, axis=1)
+    top_s, top_i = _top_by_score_then_row(sc, cand, min(cand.shape[1], k + TIE_DEPTH))
     if corpus_ids is not None:
         from .metrics import order_ties_by_id
 
