@@ -44,6 +44,10 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "validation_queries=d.T if sel_V is None else sel_V,\n                     "
      "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
+    ("the blended query map ignores its weight", "adapters/workflow.py",
+     "W = (1.0 - lam) * np.asarray(a.query_map_, dtype=np.float64) + lam * np.asarray(b.query_map_, dtype=np.float64)",
+     "W = 0.5 * np.asarray(a.query_map_, dtype=np.float64) + 0.5 * np.asarray(b.query_map_, dtype=np.float64)",
+     ["tests/adapters/test_joint_deployment.py", "-k", "deployed_whole_among"]),
     ("the deployment guard ignores protected queries", "adapters/workflow.py",
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)', 'rec["feasible"] = True',
      ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),

@@ -858,7 +858,7 @@ def _add_fit(sub):
                         "so that document-disjoint validation queries lose nothing); none: the map alone")
     p.add_argument("--candidates", choices=["joint", "family"], default=_FIT_DEFAULTS["candidates"],
                    help="with --geometry auto, --memory auto and the default --selector: joint (default): the query-only map (checkpoint "
-                        "chosen on the selection queries, and on all validation queries) joins the selector's "
+                        "chosen on the selection queries, on all validation queries, and three blends of the two) joins the selector's "
                         "family, each with its memory, and the whole with the best validation NDCG@10 is kept "
                         "unless it loses on average on document-disjoint validation queries; family: "
                         "the selector's family alone")

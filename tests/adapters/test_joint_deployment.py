@@ -107,7 +107,8 @@ def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report
     rep = joint_report
     j = rep.metrics["joint"]
     fam = rep.metrics["auto"]["choice"]
-    assert set(j["candidates"]) == {f"{fam} (document_disjoint)", "query (document_disjoint)", "query (all)"}
+    blends = {f"query (blend {lam})" for lam in ("0.25", "0.5", "0.75")}
+    assert set(j["candidates"]) == {f"{fam} (document_disjoint)", "query (document_disjoint)", "query (all)", *blends}
     assert set(rep.joint) == set(j["candidates"]) and rep.adapter is rep.joint[j["choice"]]
     feasible = {n: c["validation_ndcg@10"] for n, c in j["candidates"].items() if c["feasible"]}
     assert j["choice"] == max(feasible, key=feasible.get)
@@ -121,6 +122,14 @@ def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report
     # queries is at least as good on them as the one chosen on the document-disjoint part
     qa, qd = j["candidates"]["query (all)"], j["candidates"]["query (document_disjoint)"]
     assert qa["map_validation_ndcg@10"] >= qd["map_validation_ndcg@10"] - 1e-9
+    # each blend is the straight path between the two query-only maps, written out here: the
+    # operator of x -> x + W x is I + W^T, so it is linear in W
+    Wd, Wa = rep.joint["query (document_disjoint)"].query_map_, rep.joint["query (all)"].query_map_
+    for lam in (0.25, 0.5, 0.75):
+        b = rep.joint[f"query (blend {lam:g})"]
+        assert b.geometry_ == "query"
+        np.testing.assert_allclose(b.query_map_, (1 - lam) * Wd + lam * Wa, atol=1e-12)
+        np.testing.assert_allclose(b.operator_, np.eye(Wd.shape[1]) + ((1 - lam) * Wd + lam * Wa).T, atol=1e-9)
     # the deployed memory holds the training and then the validation queries
     assert rep.adapter.memory_ is not None and rep.adapter.memory_.table_.n_keys == 120 + 162
 

@@ -280,6 +280,25 @@ CANDIDATE_SETS = ("joint", "family")
 GUARD_CONFIDENCE = 0.95
 
 
+#: blends ``(1 - lam) W_sel + lam W_all`` of the two query-only maps that join the joint candidates
+JOINT_BLENDS = (0.25, 0.5, 0.75)
+
+
+def _blend_query_maps(a: Adapter, b: Adapter, lam: float) -> Adapter:
+    r"""The query-only adapter :math:`x \mapsto x + ((1-\lambda) W_a + \lambda W_b) x`.
+
+    Its operator is the same blend of the two operators (the score is linear in ``W``): the
+    straight path from ``a`` (checkpoint chosen on document-disjoint validation queries) to
+    ``b`` (chosen on all of them), each point a candidate of :func:`choose_deployment`.
+    """
+    W = (1.0 - lam) * np.asarray(a.query_map_, dtype=np.float64) + lam * np.asarray(b.query_map_, dtype=np.float64)
+    out = Adapter.from_maps(W, np.eye(W.shape[1]), geometry="query", form=a.form, seed=a.seed,
+                            device=a.device)
+    out.learning_rate_, out.best_epoch_ = a.learning_rate_, a.best_epoch_
+    out.history_ = list(getattr(a, "history_", []) or [])
+    return out
+
+
 def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, protected: np.ndarray, *,
                       seed: int = 0, min_protected: int | None = None) -> dict[str, Any]:
     r"""``fit_adapter(candidates="joint")``: which map + memory to deploy, decided on validation.
@@ -497,10 +516,11 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     ``candidates`` (``geometry="auto"`` with ``memory="auto"`` and the default ``selector``; a
     named selector decides the family alone): ``"joint"`` (default) decides
     the deployed whole, map plus memory: the family the selector picked, the query-only map
-    with its checkpoint chosen on the selection queries and the query-only map chosen on all
-    validation queries each get a memory, and :func:`choose_deployment` keeps the one with the
-    highest validation NDCG@10 among those that lose nothing to frozen on average on the
-    document-disjoint validation queries (``metrics["joint"]``, ``FitReport.joint``);
+    with its checkpoint chosen on the selection queries, the query-only map chosen on all
+    validation queries and three blends of those two query maps (``JOINT_BLENDS``) each get a
+    memory, and :func:`choose_deployment` keeps the one with the highest validation NDCG@10
+    among those that lose nothing to frozen on average on the document-disjoint validation
+    queries (``metrics["joint"]``, ``FitReport.joint``);
     ``"family"``: the selector's family alone carries the memory.
     Returns the trained adapter, the closed-form baseline of the same geometry, the
     validation / test NDCG@10 of frozen, baseline and trained, and (``report``) the
@@ -616,7 +636,10 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         # checkpoint chosen on the selection queries and (the paper's protocol) on all validation queries
         joint_maps = {f"{ad.geometry_} ({selection})": ad, f"query ({selection})": train("query")}
         if selection != "all":
-            joint_maps["query (all)"] = train("query", d.V, d.validation)
+            q_all = joint_maps["query (all)"] = train("query", d.V, d.validation)
+            q_sel = joint_maps[f"query ({selection})"]
+            for lam in JOINT_BLENDS:  # the path from the map that transfers to the one that memorises
+                joint_maps[f"query (blend {lam:g})"] = _blend_query_maps(q_sel, q_all, lam)
         mems = {name: fit_memory(d, tr.query_ids, tr.X, relevant, a.operator_, corpus_ids=cids, extend=False)
                 for name, a in joint_maps.items()}
         joint = choose_deployment({n: (joint_maps[n], mems[n]) for n in joint_maps},
