@@ -191,7 +191,7 @@ def _top_by_score_then_row(sc: np.ndarray, cand: np.ndarray, t: int) -> tuple[np
     ties included) hold them all, and only those ``C`` columns are sorted.
     """
     width = sc.shape[1]
-    if t >= width or width <= 4 * t:
+    if width <= 4 * t:  # short rows (t >= width among them): the whole-row sort
         RERANK_PATHS["full"] += 1
         order = np.lexsort((cand, -sc), axis=-1)[:, :t]
     else:
