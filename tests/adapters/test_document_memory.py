@@ -190,3 +190,47 @@ def test_fit_adapter_deploys_map_plus_memory_and_scores_it_by_hand(shared_dir):
     assert m["deployed"]["test_ndcg@10"] == pytest.approx(float(np.mean(want)), abs=2e-3)
     # and it is what the memory is for: above the map alone on the test queries
     assert m["deployed"]["test_ndcg@10"] > m["trained"]["test_ndcg@10"] + 0.05
+
+
+def _brute_loo_ndcg(C, V, vrel, K, rel, tau, alpha):
+    """Each validation query scored against the training keys plus every *other* validation
+    query as a key (its own left out), one dense score matrix per query."""
+    out = []
+    for i in range(V.shape[0]):
+        keys = np.vstack([K] + [V[j:j + 1] for j in range(V.shape[0]) if j != i])
+        krel = list(rel) + [vrel[j] for j in range(V.shape[0]) if j != i]
+        out.append(_brute_ndcg(C, V[i:i + 1], [vrel[i]], keys, krel, tau, alpha)[0])
+    return np.array(out)
+
+
+def test_leave_one_out_scores_each_validation_query_against_the_deployed_keys():
+    C, X, rel, V, _, vrel = _world()
+    vrel = list(vrel)
+    vrel[19] = set(vrel[18])  # two validation queries share a document: neither is protected
+    ids = [f"v{i}" for i in range(20)]
+    table = RelevanceTable({f"v{i}": {f"d{d}": 1 for d in vrel[i]} for i in range(20)}, ids,
+                           [f"d{j}" for j in range(C.shape[0])])
+    mem = DocumentMemory(min_protected=5).fit(X, rel, C, validation_queries=V, validation_relevance=table,
+                                              validation_rows=vrel)
+    assert mem.leave_one_out_
+    # protected by hand: no relevant document is a training positive or another validation query's
+    train_docs = set().union(*rel)
+    want = [not (vrel[i] & train_docs) and not any(vrel[i] & vrel[j] for j in range(20) if j != i)
+            for i in range(20)]
+    assert mem.protected_.tolist() == want and want[10] and not want[18] and not want[19]
+    # every grid point and the choice recomputed with per-query key sets
+    for h in mem.history_:
+        got = _brute_loo_ndcg(C, V, vrel, X, rel, h["threshold"], h["weight"])
+        assert h["validation_ndcg"] == pytest.approx(got.mean(), abs=1e-9)
+    np.testing.assert_allclose(mem.validation_values_,
+                               _brute_loo_ndcg(C, V, vrel, X, rel, mem.threshold_, mem.weight_), atol=1e-9)
+    base = _brute_loo_ndcg(C, V, vrel, X, rel, 0.5, 0.0)
+    assert (mem.validation_values_ - base)[mem.protected_].mean() >= 0
+    # the table keeps the training keys only: extend adds the validation queries afterwards
+    assert mem.table_.n_keys == X.shape[0]
+
+
+def test_leave_one_out_needs_one_row_set_per_validation_query():
+    C, X, rel, V, table, vrel = _world()
+    with pytest.raises(ValueError, match="validation_rows: 19 row sets for 20 validation queries"):
+        DocumentMemory().fit(X, rel, C, validation_queries=V, validation_relevance=table, validation_rows=vrel[:19])

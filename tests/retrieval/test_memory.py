@@ -163,3 +163,42 @@ def test_memory_search_takes_the_partial_sort_on_a_large_memory_and_is_still_bru
     want = np.lexsort((np.broadcast_to(np.arange(N), S.shape), -S), axis=-1)[:, :k]
     np.testing.assert_allclose(s, np.take_along_axis(S, want, 1), atol=1e-5)
     np.testing.assert_allclose(np.take_along_axis(S, i, 1), np.take_along_axis(S, want, 1), atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_similarity_leaving_one_key_out_per_query_is_the_maximum_over_the_other_keys(seed):
+    # exclude_keys: the brute-force maximum over the keys that found each document, the query's
+    # excluded key dropped (-inf where no other key found it), by a Python loop
+    from asymgeo.retrieval.memory import memory_similarity
+
+    rng = np.random.default_rng(seed)
+    p, N, n_keys, m = 5, 12, 8, 6
+    K, Q = _unit(rng, n_keys, p), _unit(rng, m, p)
+    rel = [set(rng.choice(N, size=int(rng.integers(1, 4)), replace=False).tolist()) for _ in range(n_keys)]
+    mem = memory_table(K, rel, n_docs=N)
+    excl = rng.integers(-1, n_keys, size=m)
+    sim = memory_similarity(Q, mem, exclude_keys=excl)
+    for i in range(m):
+        for j, d in enumerate(mem.documents.tolist()):
+            finders = [k for k, r in enumerate(rel) if d in r and k != excl[i]]
+            want = max((float(Q[i].astype(np.float64) @ K[k].astype(np.float64)) for k in finders), default=-np.inf)
+            if np.isinf(want):
+                assert sim[i, j] == -np.inf
+            else:
+                assert sim[i, j] == pytest.approx(want, abs=1e-6)
+    # the gate of a document only the excluded key found is zero at any threshold
+    b = memory_boosts(Q, mem, -0.99, 1.0, similarity=sim)
+    assert np.all(b[np.isinf(sim)] == 0)
+
+
+def test_similarity_exclude_keys_refuses_bad_rows():
+    from asymgeo.retrieval.memory import memory_similarity
+
+    rng = np.random.default_rng(0)
+    mem = memory_table(_unit(rng, 3, 4), [{0}, {1}, {2}], n_docs=5)
+    Q = _unit(rng, 2, 4)
+    with pytest.raises(ValueError, match="exclude_keys: expected 2 integer key rows"):
+        memory_similarity(Q, mem, exclude_keys=np.array([0]))
+    with pytest.raises(ValueError, match=r"exclude_keys: key rows must lie in -1..2"):
+        memory_similarity(Q, mem, exclude_keys=np.array([0, 3]))

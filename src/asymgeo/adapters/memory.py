@@ -76,7 +76,8 @@ class DocumentMemory:
     def fit(self, keys: Any, relevant_rows: Sequence[Any], corpus: Any, *,  # noqa: C901 - checks, then one grid
             validation_queries: Any,
             validation_relevance: Any, protected: Any = None, operator: Any = None,
-            corpus_ids: Sequence[str] | None = None) -> DocumentMemory:
+            corpus_ids: Sequence[str] | None = None,
+            validation_rows: Sequence[Any] | None = None) -> DocumentMemory:
         """Choose ``tau`` and ``alpha`` on validation.
 
         ``keys`` (n, p): frozen embeddings of the training queries; ``relevant_rows[i]``: corpus
@@ -84,6 +85,17 @@ class DocumentMemory:
         :class:`~asymgeo.retrieval.metrics.RelevanceTable` of ``validation_queries``;
         ``protected``: indices (or a boolean mask) of the validation queries the memory must not
         hurt; ``operator``: the map's (p, p) operator (``None``: frozen).
+
+        ``validation_rows`` (the corpus rows relevant to each validation query): score every
+        gate as the *deployed* memory will meet a new query, after :meth:`extend` has added
+        the validation queries as keys: each validation query ``i`` is scored against the
+        training keys plus every other validation query (leave-one-out:
+        :func:`~asymgeo.retrieval.memory.memory_similarity` with ``exclude_keys``), and the
+        protected queries are those none of whose relevant documents any of those keys
+        remembers (``protected`` is then ignored; the mask is ``protected_``).  Scored with
+        the training keys alone, the guard saw fewer remembered documents than a test query
+        meets, and unseen-document test queries lost what validation said they would not.
+        ``table_`` holds the training keys only either way.
         """
         from ..retrieval.metrics import evaluate_indices
 
@@ -99,7 +111,23 @@ class DocumentMemory:
         if V.ndim != 2 or V.shape[1] != table.keys.shape[1]:
             raise ValueError(f"validation_queries: expected shape (m, {table.keys.shape[1]}), got {V.shape}")
         prot = np.zeros(V.shape[0], dtype=bool)
-        if protected is not None:
+        scored, exclude = table, None  # the memory each validation query is scored against
+        if validation_rows is not None:
+            if len(validation_rows) != V.shape[0]:
+                raise ValueError(f"validation_rows: {len(validation_rows)} row sets for {V.shape[0]} "
+                                 "validation queries")
+            val_sets = [{int(r) for r in rows} for rows in validation_rows]
+            scored = table.extended(V, val_sets)
+            exclude = table.n_keys + np.arange(V.shape[0], dtype=np.int64)
+            train_docs = set(table.documents.tolist())
+            holders: dict[int, int] = {}  # document -> how many validation queries hold it
+            for rows in val_sets:
+                for r in rows:
+                    holders[r] = holders.get(r, 0) + 1
+            # protected: no relevant document is a training positive or another validation query's
+            prot = np.array([not any(r in train_docs or holders[r] > 1 for r in rows) for rows in val_sets],
+                            dtype=bool)
+        elif protected is not None:
             pa = np.asarray(protected)
             if pa.dtype == bool:
                 if pa.shape != (V.shape[0],):
@@ -108,6 +136,8 @@ class DocumentMemory:
             else:
                 prot[pa.astype(np.int64)] = True
         self.notes_: list[str] = []
+        self.protected_ = prot
+        self.leave_one_out_ = validation_rows is not None
         self.n_protected_ = int(prot.sum())
         guard = self.n_protected_ >= int(self.min_protected)
         if not guard:
@@ -115,7 +145,7 @@ class DocumentMemory:
                                f"document (< {self.min_protected}): the gate is chosen on all validation "
                                "queries without the unseen-document guard")
         k = 10
-        cands = memory_candidates(V, corpus, k, table, operator=operator, corpus_ids=corpus_ids)
+        cands = memory_candidates(V, corpus, k, scored, operator=operator, corpus_ids=corpus_ids)
 
         def per_query(idx: np.ndarray) -> np.ndarray:
             return evaluate_indices(idx, validation_relevance, ["ndcg@10"]).per_query["ndcg@10"]
@@ -124,19 +154,25 @@ class DocumentMemory:
         self.map_validation_ndcg_ = float(base.mean())
         spread = cands.scores[:, 0] - cands.scores[:, min(k, cands.scores.shape[1]) - 1]
         self.scale_ = float(np.median(spread)) if spread.size else 0.0
-        nearest = (V @ table.keys.T).max(axis=1) if table.n_keys else np.zeros(V.shape[0], dtype=np.float32)
+        sim = memory_similarity(V, scored, exclude_keys=exclude)  # one pass over the pairs serves every gate
+        if not scored.n_keys:
+            nearest = np.zeros(V.shape[0], dtype=np.float32)
+        else:  # each validation query's most similar key (its own left out)
+            S = V @ scored.keys.T
+            if exclude is not None:
+                S[np.arange(V.shape[0]), exclude] = -np.inf
+            nearest = np.where(np.isfinite(S.max(axis=1)), S.max(axis=1), -1.0)
         taus = sorted({float(min(np.quantile(nearest, q), 0.999)) for q in qs})
         best = (self.map_validation_ndcg_, 1.0, 0.0, 0.0)  # (ndcg, tau, alpha, protected diff): no memory
         best_values = base
         self.history_: list[dict[str, float]] = []
-        sim = memory_similarity(V, table)  # one pass over the pairs serves every gate
         for tau in sorted(taus, reverse=True):  # strictest first: on a tie the stricter gate stays
-            unit = memory_boosts(V, table, tau, 1.0, similarity=sim)
+            unit = memory_boosts(V, scored, tau, 1.0, similarity=sim)
             for w in ws:
                 alpha = w * self.scale_
                 if alpha <= 0:
                     continue
-                v = per_query(memory_rerank(cands, table, unit * np.float32(alpha), k, corpus_ids=corpus_ids)[1])
+                v = per_query(memory_rerank(cands, scored, unit * np.float32(alpha), k, corpus_ids=corpus_ids)[1])
                 d_prot = float((v - base)[prot].mean()) if prot.any() else 0.0
                 ok = (not guard) or d_prot >= 0.0
                 self.history_.append({"threshold": tau, "weight": alpha, "multiple": w,
@@ -188,6 +224,7 @@ class DocumentMemory:
         m.validation_ndcg_ = m.map_validation_ndcg_ = float("nan")
         m.validation_values_ = np.zeros(0, dtype=np.float64)
         m.protected_diff_, m.n_protected_ = None, 0
+        m.protected_, m.leave_one_out_ = np.zeros(0, dtype=bool), False
         return m
 
     def describe(self) -> dict[str, Any]:

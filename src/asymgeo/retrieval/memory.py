@@ -119,7 +119,7 @@ def _check_queries(queries: Any, memory: MemoryTable) -> np.ndarray:
     return Q
 
 
-def memory_similarity(queries: Any, memory: MemoryTable) -> np.ndarray:
+def memory_similarity(queries: Any, memory: MemoryTable, *, exclude_keys: Any = None) -> np.ndarray:
     r""":math:`\max_{q \in K_d} x^\top q` for every query ``x`` and remembered document ``d``, (m, n_documents).
 
     Column ``j`` is corpus row ``memory.documents[j]``.  The gate is non-decreasing, so
@@ -127,8 +127,22 @@ def memory_similarity(queries: Any, memory: MemoryTable) -> np.ndarray:
     serves every gate ``tau`` (:func:`memory_boosts`, and the grid of
     :meth:`asymgeo.adapters.memory.DocumentMemory.fit`).  The per-document maximum is one
     ``np.maximum.reduceat`` over the pairs sorted by document.
+
+    ``exclude_keys`` (m,) ints: for query ``i`` the key row ``exclude_keys[i]`` is left out of
+    every maximum (``-1``: none), so a document that only that key remembers gets
+    :math:`-\infty` (no boost at any gate).  With the validation queries appended as keys and
+    each excluded from its own row, this is the leave-one-out view of the deployed memory
+    (:meth:`asymgeo.adapters.memory.DocumentMemory.fit` with ``validation_rows``).
     """
     Q = _check_queries(queries, memory)
+    excl = None
+    if exclude_keys is not None:
+        excl = np.asarray(exclude_keys)
+        if excl.shape != (Q.shape[0],) or not np.issubdtype(excl.dtype, np.integer):
+            raise ValueError(f"exclude_keys: expected {Q.shape[0]} integer key rows (-1: none), "
+                             f"got shape {excl.shape} of {excl.dtype}")
+        if excl.size and (excl.min() < -1 or excl.max() >= memory.n_keys):
+            raise ValueError(f"exclude_keys: key rows must lie in -1..{memory.n_keys - 1}")
     out = np.zeros((Q.shape[0], memory.n_documents), dtype=np.float32)
     if memory.pair_key.size == 0:
         return out
@@ -138,6 +152,10 @@ def memory_similarity(queries: Any, memory: MemoryTable) -> np.ndarray:
     keys_by_pair = memory.pair_key[order]
     for q0 in range(0, Q.shape[0], QUERY_BLOCK):
         S = Q[q0:q0 + QUERY_BLOCK] @ memory.keys.T  # (b, n_keys)
+        if excl is not None:
+            e = excl[q0:q0 + QUERY_BLOCK]
+            rows = np.flatnonzero(e >= 0)
+            S[rows, e[rows]] = -np.inf
         out[q0:q0 + QUERY_BLOCK] = np.maximum.reduceat(S[:, keys_by_pair], starts, axis=1)
     return out
 

@@ -1,0 +1,131 @@
+"""How the joint deployment's guard is scored (issue 36): the numbers quoted in docs/adapters.md.
+
+    OMP_NUM_THREADS=1 python tools/memory_guard_study.py scifact all-MiniLM-L6-v2 --seeds 0 1 2 --out study.jsonl
+    python tools/memory_guard_study.py --summary study.jsonl
+
+One ``fit_adapter`` per seed (the shipped default: ``geometry="auto"``, ``memory="auto"``,
+``candidates="joint"``, about a minute on one core); then every joint candidate's memory is
+fitted twice on the same trained maps: scored against the training keys alone with the
+document-disjoint validation queries protected (the default), and leave-one-out against the
+keys the deployed memory holds (training plus the other validation queries;
+``fit_memory(leave_one_out=True)``).  For each, :func:`~asymgeo.adapters.workflow.choose_deployment`
+picks a candidate; every candidate's per-query test NDCG@10 (map plus extended memory) and
+the strict unseen-document test queries (no relevant document is a training or validation
+positive) are written, so any deployment rule can be replayed offline (``--summary``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) -> dict:
+    import torch
+
+    from asymgeo.adapters import workflow as wf
+    from asymgeo.retrieval.generalisation import seen_document_split, seen_documents
+
+    torch.set_num_threads(1)
+    kw = {"data_dir": data_dir, "cache_dir": cache_dir}
+    t0 = time.time()
+    rep = wf.fit_adapter(dataset, encoder, geometry="auto", seed=seed, memory="auto", candidates="joint",
+                         report=False, **kw)
+    d = wf.load_adaptation_data(dataset, encoder, **kw)
+    tr, cids = d.triples, d.corpus_ids or None
+    frozen = wf._per_query_ndcg(d.T, d.test, d.corpus, None, cids)
+    train_ids, val_ids = list(tr.query_ids), list(d.validation.query_ids)
+    pos = {q: i for i, q in enumerate(d.test.query_ids)}
+    unseen = seen_document_split({q: d.qrels[q] for q in d.test.query_ids},
+                                 seen_documents(d.qrels, train_ids + val_ids)).unseen
+    fv = wf._per_query_ndcg(d.V, d.validation, d.corpus, None, cids)
+    val_rows = wf._relevant_rows(d, val_ids)
+    out: dict = {"dataset": dataset, "encoder": encoder, "seed": seed, "frozen_val": fv.tolist(),
+                 "frozen_test": frozen.tolist(), "unseen_rows": sorted(pos[q] for q in unseen), "variants": {}}
+    for loo in (False, True):
+        mems = {n: wf.fit_memory(d, tr.query_ids, tr.X, d.relevant, a.operator_, corpus_ids=cids, extend=False,
+                                 leave_one_out=loo) for n, a in rep.joint.items()}
+        prot = next(iter(mems.values())).protected_
+        choice = wf.choose_deployment({n: (rep.joint[n], mems[n]) for n in rep.joint}, fv, prot, seed=seed)
+        cands = {}
+        for n, a in rep.joint.items():
+            m = mems[n]
+            if m.weight_ > 0:
+                m.extend(d.V, val_rows)
+            kept, a.memory_ = a.memory_, (m if m.active else None)
+            v = wf._adapter_ndcg(d.T, d.test, d.corpus, a, cids)
+            a.memory_ = kept
+            cands[n] = {"val_values": m.validation_values_.tolist(), "test_values": v.tolist(),
+                        "threshold": m.threshold_, "weight": m.weight_}
+        out["variants"]["leave_one_out" if loo else "train_keys"] = {
+            "choice": choice["choice"], "protected": [bool(x) for x in prot], "candidates": cands}
+    out["seconds"] = time.time() - t0
+    return out
+
+
+def _se(a: np.ndarray, b: np.ndarray) -> float:
+    d = a - b
+    return float(d.std(ddof=1) / np.sqrt(d.size))
+
+
+def replay(rec: dict, variant: str, rule: str) -> str:
+    """A deployment rule replayed on one seed's record: ``max`` (the shipped rule: highest
+    validation NDCG@10 among the candidates that lose nothing on average on the protected
+    queries) or ``one_se`` (among those within one paired standard error of it, the largest
+    protected gain)."""
+    v = rec["variants"][variant]
+    fz, prot = np.asarray(rec["frozen_val"]), np.asarray(v["protected"], dtype=bool)
+    vals = {n: np.asarray(c["val_values"]) for n, c in v["candidates"].items()}
+    gain = {n: float((x - fz)[prot].mean()) for n, x in vals.items()}
+    feasible = [n for n in vals if gain[n] >= 0] or list(vals)
+    best = max(feasible, key=lambda n: vals[n].mean())
+    if rule == "max":
+        return best
+    tied = [n for n in feasible if vals[best].mean() - vals[n].mean() <= _se(vals[best], vals[n])]
+    return max(tied, key=lambda n: gain[n])
+
+
+def summary(path: str) -> None:
+    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    for variant in ("train_keys", "leave_one_out"):
+        for rule in ("max", "one_se"):
+            by: dict[tuple[str, str], list] = {}
+            for r in recs:
+                n = replay(r, variant, rule)
+                t, f = np.asarray(r["variants"][variant]["candidates"][n]["test_values"]), np.asarray(r["frozen_test"])
+                u = np.asarray(r["unseen_rows"], dtype=np.int64)
+                by.setdefault((r["dataset"], r["encoder"]), []).append((n, (t - f).mean(), (t - f)[u].mean()))
+            for (ds, enc), rows in sorted(by.items()):
+                print(f"{variant:13s} {rule:6s} {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, "
+                      f"unseen-doc {np.mean([x[2] for x in rows]):+.4f} over {len(rows)} seeds; "
+                      f"chosen: {', '.join(x[0] for x in rows)}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", nargs="?")
+    ap.add_argument("encoder", nargs="?")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", default="memory_guard_study.jsonl")
+    ap.add_argument("--summary", metavar="JSONL")
+    ap.add_argument("--data-dir", default="../shared/data")
+    ap.add_argument("--cache-dir", default="../shared/embeddings")
+    a = ap.parse_args(argv)
+    if a.summary:
+        summary(a.summary)
+        return
+    if not (a.dataset and a.encoder):
+        ap.error("dataset and encoder are required unless --summary is given")
+    with open(a.out, "a", encoding="utf-8") as fh:
+        for s in a.seeds:
+            fh.write(json.dumps(study(a.dataset, a.encoder, s, a.data_dir, a.cache_dir)) + "\n")
+            fh.flush()
+            print(f"seed {s} written to {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
