@@ -69,14 +69,18 @@ def training_pool(ds: Any, seed: Any = None) -> list[str]:
 
 def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathLike | None = None,
                          cache_dir: str | os.PathLike | None = None, k: int = 8,
-                         train_ids: Sequence[str] | None = None, mining: str = "exact") -> AdaptationData:
+                         train_ids: Sequence[str] | None = None, mining: str = "exact",
+                         max_validation: int | None = None) -> AdaptationData:
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``.
 
     ``train_ids``: only these training queries (e.g. an ``n_train`` subset), so that hard
     negatives are mined for them alone, not for every training query (issue #40); ``mining``:
     ``"exact"`` (default) or an approximate FAISS index, ``"ivf"`` / ``"hnsw"``
-    (:func:`asymgeo.data.load_triples`).
+    (:func:`asymgeo.data.load_triples`).  ``max_validation``: keep a seeded subsample of at
+    most that many validation queries (:func:`validation_subsample`; every epoch of training
+    searches the whole corpus for each validation query, issue #40); ``split["validation_subsample"]``
+    records it.
     """
     from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
     from ..data.splits import split_overlap
@@ -98,12 +102,41 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
         return Q, RelevanceTable({q: qrels[q] for q in ids}, ids, emb.corpus_ids, unknown_docs="ignore")
 
     V, vt = part("validation")
+    sub = None
+    if max_validation is not None:
+        keep = validation_subsample(len(vt), max_validation)
+        if keep.size < len(vt):
+            ids = [vt.query_ids[i] for i in keep]
+            sub = {"n": int(keep.size), "of": len(vt), "seed": VALIDATION_SUBSAMPLE_SEED}
+            V, vt = V[keep], RelevanceTable({q: qrels[q] for q in ids}, ids, emb.corpus_ids, unknown_docs="ignore")
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
+    source = adaptation_split_source(ds)
+    if sub is not None:
+        source = {**source, "validation_subsample": sub}
     return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
-                          split=adaptation_split_source(ds), qrels=qrels, corpus_ids=emb.corpus_ids,
+                          split=source, qrels=qrels, corpus_ids=emb.corpus_ids,
                           overlap=split_overlap(ds.queries, split), queries=ds.queries,
                           qrels_dir=str(ds.path / "qrels"))
+
+
+#: seed of :func:`validation_subsample` (fixed: every fit on a dataset selects on the same queries)
+VALIDATION_SUBSAMPLE_SEED = 20261204
+
+
+def validation_subsample(n: int, max_queries: int, seed: int = VALIDATION_SUBSAMPLE_SEED) -> np.ndarray:
+    """Sorted rows of a seeded subsample of at most ``max_queries`` of ``n`` validation queries.
+
+    All ``n`` rows when ``n <= max_queries``.  The seed is fixed rather than the fit's, so
+    that fits with different training seeds select on the same queries and stay comparable;
+    a mean NDCG@10 over ``m`` sampled queries has standard error ``s / sqrt(m)`` (``s`` the
+    per-query standard deviation), which ``fit_adapter`` records beside it.
+    """
+    if isinstance(max_queries, bool) or not isinstance(max_queries, (int, np.integer)) or max_queries < 1:
+        raise ValueError(f"max_validation: expected a positive integer, got {max_queries!r}")
+    if n <= max_queries:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(np.random.default_rng(seed).choice(n, size=int(max_queries), replace=False)).astype(np.int64)
 
 
 def validation_gain(d: AdaptationData, operator: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> dict[str, float]:
@@ -492,6 +525,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     memory: str = "auto",
     candidates: str = "joint",
     mining: str = "exact",
+    max_validation: int | None = None,
     report: bool = True,
     allow_test_overlap: bool = False,
     data_dir: str | os.PathLike | None = None,
@@ -519,6 +553,10 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     ``mining``: how the training queries' hard negatives are found: ``"exact"`` (default) or
     ``"ivf"`` / ``"hnsw"`` (FAISS; its recall@8 against exact mining on a seeded sample of
     :data:`MINING_RECALL_SAMPLE` training queries is recorded in ``metrics["mining"]``).
+    ``max_validation``: select on a seeded subsample of at most that many validation queries
+    (:func:`validation_subsample`; at MS MARCO's 6,980 dev queries each epoch's validation
+    search is the slowest stage); ``metrics["validation_subsample"]`` records its size and the
+    frozen validation NDCG@10's standard error on it.
     ``memory``: ``"auto"`` (default) adds a gated document memory on top of the chosen map
     (:class:`~asymgeo.adapters.memory.DocumentMemory`: training positives raised for new
     queries close to the training queries that found them; gate and weight chosen on all
@@ -581,7 +619,10 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
             raise ValueError(f"n_train: {n_train} exceeds the {len(pool)} training queries of {ds.name}")
         subset = nested_subsets(pool, sizes=[int(n_train)], seed=int(seed))[int(n_train)]
         dataset = ds
-    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining)
+    if max_validation is not None:  # refused before any data is loaded
+        validation_subsample(0, max_validation)
+    d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining,
+                             max_validation=max_validation)
     tr = d.triples
     relevant = d.relevant
     mining_record: dict[str, Any] = {"index": mining}
@@ -686,6 +727,11 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "split_overlap": {**overlap.as_dict(), "allowed": bool(overlap.refused and allow_test_overlap)},
         "mining": mining_record,
     }
+    if "validation_subsample" in d.split:
+        fz = _per_query_ndcg(d.V, d.validation, d.corpus, None, cids)
+        metrics["validation_subsample"] = {**d.split["validation_subsample"],
+                                           "frozen_ndcg@10_se": float(fz.std(ddof=1) / np.sqrt(fz.size))
+                                           if fz.size > 1 else float("nan")}
     if memory == "auto":
         if mem is None:
             mem = fit_memory(d, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=cids)
