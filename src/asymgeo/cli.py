@@ -256,6 +256,12 @@ def _add_select(sub):
     p.add_argument("--retrieval", action="store_true",
                    help="with --validate: also score both closed forms I + cM_g on the held-out folds by exact "
                         "search (NDCG@10; the verdict speaks of operator loss, this of retrieval)")
+    p.add_argument("--n-train", type=int, default=None, metavar="N",
+                   help="with --split train: decide on a seeded subset of N training queries (fit's --n-train "
+                        "subset for the same --seed); only those are mined (default all)")
+    p.add_argument("--mining", choices=["exact", "ivf", "hnsw"], default="exact",
+                   help="how hard negatives are mined: exact search (default) or an approximate FAISS index for "
+                        "large corpora (its recall@8 against exact mining is measured on 200 queries and printed)")
     p.set_defaults(func=_run_select)
     _add_triples_dir(p)
     return p
@@ -287,6 +293,12 @@ def _check_select_args(args) -> None:
         raise ValueError("--overwrite: only replaces an existing --plot file; add --plot FILE or drop --overwrite")
     if getattr(args, "retrieval", False) and not args.validate:
         raise ValueError("--retrieval: scores the closed forms on the held-out folds of --validate; add --validate")
+    n_train = getattr(args, "n_train", None)
+    if n_train is not None:
+        if args.split != "train":
+            raise ValueError(f"--n-train: subsets the training queries; it needs --split train, got --split {args.split}")
+        if n_train < 1:
+            raise ValueError(f"--n-train: expected a positive integer, got {n_train}")
 
 
 def _check_fold_size(folds: int, n_queries: int) -> None:
@@ -354,17 +366,49 @@ def _decision_detail(decision, cars) -> str:
     return f" ({rule.label}: {rule.explain(decision)}; CARS: {cars.choice})"
 
 
+def _select_triples(args):
+    """``select``'s triples: the split, or (``--n-train``) fit's seeded subset of the training queries,
+    drawn before mining so only it is searched; ``--mining`` approximate prints its recall."""
+    from .data import load_triples
+
+    split = args.split
+    if getattr(args, "n_train", None) is not None:  # drawn before mining: only the subset is searched
+        from .adapters.workflow import training_pool
+        from .data import load_beir, nested_subsets
+
+        ds = load_beir(args.dataset, data_dir=args.data_dir)
+        pool = training_pool(ds)
+        if args.n_train > len(pool):
+            raise ValueError(f"--n-train: {args.n_train} exceeds the {len(pool)} training queries of {ds.name}")
+        split = nested_subsets(pool, sizes=[int(args.n_train)], seed=int(args.seed))[int(args.n_train)]
+    mining = getattr(args, "mining", "exact")
+    tr = load_triples(args.dataset, args.encoder, split, data_dir=args.data_dir, cache_dir=args.cache_dir,
+                      require=True, mining=mining)
+    if mining != "exact":  # what the approximation costs, on a seeded sample of the decided-on queries
+        from .data import load_beir as _load_beir
+        from .data import load_embeddings
+        from .data.triples import mining_recall
+
+        ds = _load_beir(args.dataset, data_dir=args.data_dir)
+        emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
+        labels = ds.all_qrels()
+        excl = [set(emb.corpus_rows([d for d, g in labels.get(q, {}).items() if emb.has_corpus_id(d)]).tolist())
+                for q in tr.query_ids]
+        rec = mining_recall(tr.X, emb.corpus, excl, 8, index=mining, sample=min(200, len(tr)), seed=args.seed)
+        print(f"mining: {mining} (approximate), recall@{rec['k']} {rec['recall']:.3f} against exact mining on "
+              f"{rec['n_queries']} queries", file=sys.stderr)
+    return tr
+
+
 def _run_select(args) -> int:
     import numpy as np
 
-    from .data import load_triples
     from .kernels.geometry import approximation_gap, relevance_moment
     from .kernels.selection import cars_score
 
     _check_select_args(args)
     _check_selector(args)
-    tr = load_triples(args.dataset, args.encoder, args.split, data_dir=args.data_dir, cache_dir=args.cache_dir,
-                      require=True)
+    tr = _select_triples(args)
     if args.validate:
         _check_fold_size(args.folds, len(set(tr.query_ids)))
     if args.selector_dim is not None and args.selector_dim >= tr.dim:
@@ -456,6 +500,9 @@ def triples_source(args, tr) -> str:
         part = {"train": "training", "validation": "validation", "test": "test"}[tr.split]
         return (f"the adaptation split's {part} part, the queries `fit` "
                 f"{'trains on' if tr.split == 'train' else 'holds out'}: {src['description']}{left}")
+    if tr.split == "custom" and getattr(args, "n_train", None) is not None:
+        return (f"a seeded subset of {args.n_train:,} of the adaptation split's training queries (--n-train, seed "
+                f"{args.seed}: the queries `fit --n-train {args.n_train} --seed {args.seed}` trains on){left}")
     if tr.split == "custom":
         return f"the query ids given{left}"
     return f"every labelled query of qrels/{tr.split}.tsv{left}"
@@ -843,8 +890,8 @@ def _add_fit(sub):
                    help="with --pairs: the documents to search ({\"_id\", \"title\", \"text\"} per line, or "
                         "texts); default the pairs' own texts; positives missing from it are added")
     p.add_argument("--eval-pairs", default=None, metavar="FILE.jsonl",
-                   help="with --pairs: held-out pairs scored as the test split (default: a fifth of the training "
-                        "queries are held out)")
+                   help="with --pairs: held-out pairs scored as the test split (default: the pairs' queries carved "
+                        "60/20/20 into training, validation and test)")
     p.add_argument("--geometry", choices=["shared", "dual", "auto", "query"], default="auto",
                    help="adapter family; auto (default): train both, keep the better on validation NDCG@10 "
                         "(shared within one standard error; CARS, eq. 7, reported beside it); query: the "
@@ -873,6 +920,9 @@ def _add_fit(sub):
     p.add_argument("--init", choices=["closed_form", "random"], default="closed_form",
                    help="initialisation (default closed_form)")
     p.add_argument("--n-train", type=int, default=None, help="use a seeded subset of N training queries (default all)")
+    p.add_argument("--max-validation", type=int, default=None, metavar="N",
+                   help="select on a seeded subsample of at most N validation queries (default all; each epoch "
+                        "searches the corpus for every validation query, so large dev sets cost hours)")
     p.add_argument("--seed", type=int, default=0, help="seed of the subset, epoch order, init and CARS (default 0)")
     p.add_argument("--epochs", type=int, default=30, help="epochs per learning rate (default 30)")
     p.add_argument("--learning-rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3],
@@ -944,7 +994,7 @@ def _run_fit(args) -> int:
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
                       anchor=args.anchor, selector=args.selector, memory=args.memory, candidates=args.candidates, mining=args.mining,
-                      allow_test_overlap=args.allow_test_overlap,
+                      max_validation=args.max_validation, allow_test_overlap=args.allow_test_overlap,
                       data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
                       progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
@@ -1013,7 +1063,9 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
         j = m["joint"]
         parts = [f"{n} {c['validation_ndcg@10']:.4f}" + ("" if c["feasible"] else " (guard)")
                  for n, c in j["candidates"].items()]
-        print(f"deployed: {j['choice']} + memory, by {j['rule']} (validation NDCG@10 with memory: "
+        what = (" + memory" if (m.get("memory") or {}).get("kept", True)
+                else " (the map alone: its memory was not kept)")
+        print(f"deployed: {j['choice']}{what}, by {j['rule']} (validation NDCG@10 with memory: "
               + ", ".join(parts) + f"; guard: no loss on average on {j['n_protected']} "
               "document-disjoint validation queries)")
     mining = m.get("mining") or {}
@@ -1024,12 +1076,19 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if mining.get("index", "exact") != "exact":
         print(f"mining: {mining['index']} (approximate), recall@{mining['k']} {mining['recall']:.3f} against exact "
               f"mining on {mining['n_queries']} training queries")
-    print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, "
-          f"n = {rep.n_train} (learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})")
-    from .adapters.workflow import selection_phrase
+    blend = "(blend " in str((m.get("joint") or {}).get("choice", ""))
+    print(f"{rep.dataset} / {rep.encoder}: {ad.geometry_} adapter, {ad.form}, rank {m['rank']}, n = {rep.n_train} "
+          + ("(a blend of two query-only checkpoints)" if blend
+             else f"(learning rate {ad.learning_rate_:g}, epoch {ad.best_epoch_})"))
+    from .adapters.export import checkpoint_phrase
+
+    vs = m.get("validation_subsample")
+    if vs:
+        print(f"validation: a seeded subsample of {vs['n']:,} of the {vs['of']:,} validation queries (--max-validation; "
+              f"seed {vs['seed']}); frozen NDCG@10 on it has standard error {vs['frozen_ndcg@10_se']:.4f}")
 
     print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "
-          f"{m['n_test']} test queries; the checkpoint was chosen on {selection_phrase(m)})")
+          f"{m['n_test']} test queries; {checkpoint_phrase(m)})")
     rows = [("frozen", m["frozen"]), (f"closed-form (c = {m['closed_form']['c']:g})", m["closed_form"]),
             (f"trained {ad.geometry_}", m["trained"])]
     for name, r in rows:

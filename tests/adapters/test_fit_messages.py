@@ -84,3 +84,40 @@ def test_given_negatives_are_reported(capsys):
     _print_fit(_report(mining={"index": "exact", "given": {"queries": 10, "negatives": 20, "k": 8}}), "o", _args())
     assert ("negatives: 20 given negatives of 10 of the 40 training queries come first among their 8 hard "
             "negatives") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("choice, want", [
+    ("shared (document_disjoint)", "the checkpoint was chosen on 67 document-disjoint validation queries (no relevant "
+                                   "document is a training positive)"),
+    ("query (all)", "the checkpoint was chosen on all 162 validation queries (the query-only map the deployment "
+                    "chose)"),
+    ("query (blend 0.25)", "the map blends two query-only checkpoints (weight 0.25 on the second), one chosen on 67 "
+                           "document-disjoint validation queries (no relevant document is a training positive), one "
+                           "on all 162 validation queries"),
+])
+def test_under_the_joint_deployment_the_checkpoint_line_names_the_queries_that_chose_the_deployed_map(choice, want):
+    """fit's default deploys one of six maps; 'the checkpoint was chosen on 67 ... queries' was false for the
+    query-only map chosen on all 162 and for the blends (issue #38: each message true)."""
+    from asymgeo.adapters.export import checkpoint_phrase
+
+    rep = _report()
+    rep.metrics["joint"] = {"choice": choice}
+    assert checkpoint_phrase(rep.metrics) == want
+
+
+def test_fit_prints_a_blend_without_its_copied_epoch_and_a_map_whose_memory_was_not_kept(capsys):
+    rep = _report()
+    rep.metrics["joint"] = {"choice": "query (blend 0.5)", "rule": "highest validation NDCG@10 among the guarded "
+                            "candidates", "n_protected": 67, "candidates": {"query (blend 0.5)": {
+                                "validation_ndcg@10": 0.7, "feasible": True}}}
+    rep.metrics["memory"] = {"kept": False, "n_protected": 67}
+    rep.adapter.geometry_ = "query"
+    _print_fit(rep, "out", _args())
+    out = capsys.readouterr().out.splitlines()
+    assert next(ln for ln in out if ln.startswith("deployed: ")).startswith(
+        "deployed: query (blend 0.5) (the map alone: its memory was not kept), by highest")
+    assert "nfcorpus / all-MiniLM-L6-v2: query adapter, augmented, rank 16, n = 40 (a blend of two query-only " \
+           "checkpoints)" in out
+    assert any(ln.endswith("; the map blends two query-only checkpoints (weight 0.5 on the second), one chosen on 67 "
+                           "document-disjoint validation queries (no relevant document is a training positive), one "
+                           "on all 162 validation queries)") for ln in out)

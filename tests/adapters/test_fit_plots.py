@@ -70,3 +70,51 @@ def test_which_groups_set_the_scale(n_all, n_small, scales):
     trained["unseen"] = _cell(n_small, 0.0, 0.3)
     bars = fit_plot_data(_report({"rows": {"frozen": frozen, "t": trained}}))["bars"]
     assert (bars["ylim"][1] > 0.3) == scales
+
+
+# ---------------------------------------------------------------- under the joint deployment (fit's default)
+def _joint_report(choice, memory=True):
+    """fit's default since the joint deployment: shared and dual trained on the 67 selection queries, the
+    query-only map chosen on the same queries ('query (document_disjoint)'), one chosen on all 162
+    ('query (all)', its history on other queries), and blends that copy the first one's lr and epoch."""
+    rep = _report()
+    q_sel = _adapter("query", 3e-4, 1, [(0, 0.55), (1, 0.65), (2, 0.62)])
+    q_all = _adapter("query", 3e-4, 2, [(0, 0.50), (1, 0.70), (2, 0.90)])  # 162 queries: must not be drawn
+    blend = _adapter("query", 3e-4, 1, [(0, 0.55), (1, 0.65), (2, 0.62)])  # _blend_query_maps copies q_sel's
+    rep.joint = {"shared (document_disjoint)": rep.candidates["shared"], "query (document_disjoint)": q_sel,
+                 "query (all)": q_all, "query (blend 0.5)": blend}
+    rep.adapter = rep.joint[choice]
+    rep.adapter.memory_ = object() if memory else None
+    rep.metrics.update(selection="document_disjoint", joint={"choice": choice})
+    return rep
+
+
+def test_joint_the_query_only_curve_on_the_selection_queries_is_drawn_and_its_checkpoint_starred():
+    data = fit_plot_data(_joint_report("query (document_disjoint)"))
+    drawn = {c["family"]: c["ndcg"] for c in data["curves"]}
+    assert drawn == {"shared": [0.60, 0.62, 0.63], "dual": [0.66, 0.64, 0.61], "query": [0.55, 0.65, 0.62]}
+    assert data["chosen"] == {"family": "query", "learning_rate": 3e-4, "epoch": 1, "ndcg": 0.65}
+    # dual's epoch 0 (0.66) is above the star (0.65): the title must not call it the highest point
+    assert data["title"] == ("star: the deployed map + memory (query, lr 0.0003, epoch 1), chosen with its memory on "
+                             "all 162 validation queries; not the highest point (the curves score the map alone on "
+                             "the selection queries)")
+    assert "highest point" in fit_plot_data(_joint_report("shared (document_disjoint)"))["title"]
+
+
+@pytest.mark.parametrize("choice, why", [
+    ("query (blend 0.5)", "a blend of the query-only maps chosen on the selection queries and on all validation "
+                          "queries"),
+    ("query (all)", "its checkpoint chosen on all 162 validation queries, not these"),
+])
+def test_joint_a_blend_or_a_map_chosen_on_other_queries_is_no_star(choice, why):
+    """A blend copies the selection map's lr and epoch: matching on them would star the wrong map."""
+    data = fit_plot_data(_joint_report(choice, memory=False))
+    assert data["chosen"] is None
+    assert data["title"] == f"deployed: {choice} ({why}; not a point on these curves), chosen with its memory on " \
+                            "all 162 validation queries"
+    assert max(v for c in data["curves"] for v in c["ndcg"]) == 0.66  # q_all's 0.90 (other queries) not drawn
+
+
+def test_joint_plot_draws(tmp_path):
+    png = plot_fit(_joint_report("query (blend 0.5)"), tmp_path / "fit.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

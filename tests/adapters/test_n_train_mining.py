@@ -54,3 +54,51 @@ def test_fit_mining_ivf_reports_its_recall(shared_dir, tmp_path, monkeypatch, ca
     m = json.loads(capsys.readouterr().out)["mining"]
     assert m["index"] == "ivf" and m["n_queries"] == 60 and m["k"] == 8
     assert 0.0 < m["recall"] <= 1.0
+
+
+def test_select_n_train_mines_only_its_subset_and_matches_fits_subset(shared_dir, tmp_path, monkeypatch, capsys):
+    # select --n-train N decides on the same seeded subset fit --n-train N trains on, mining only it
+    import json
+
+    from asymgeo.cli import main
+
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))
+    mined: list[int] = []
+    real = triples_mod.mine_hard_negatives
+
+    def counting(queries, *a, **k):
+        mined.append(int(np.asarray(queries).shape[0]))
+        return real(queries, *a, **k)
+
+    monkeypatch.setattr(triples_mod, "mine_hard_negatives", counting)
+    kw = ["--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-train", "40",
+                 "--seed", "3", "--json", *kw]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert mined == [40]
+    # the same 40 queries as fit's subset for seed 3, rebuilt independently from the pool
+    from asymgeo.adapters.workflow import training_pool
+    from asymgeo.data import load_beir, nested_subsets
+
+    want = nested_subsets(training_pool(load_beir("scifact", data_dir=shared_dir / "data")), sizes=[40], seed=3)[40]
+    full = load_triples("scifact", "all-MiniLM-L6-v2", want, data_dir=shared_dir / "data",
+                        cache_dir=shared_dir / "embeddings")
+    assert out["n"] == len(full) and len(set(full.query_ids)) == 40
+    assert "a seeded subset of 40 of the adaptation split's training queries" in out["n_source"]
+
+
+def test_select_mining_ivf_prints_its_recall_and_n_train_needs_the_train_split(shared_dir, tmp_path, monkeypatch,
+                                                                               capsys):
+    from asymgeo.cli import main
+
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))
+    kw = ["--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-train", "60",
+                 "--mining", "ivf", *kw]) == 0
+    err = capsys.readouterr().err
+    assert "mining: ivf (approximate), recall@8" in err and "on 60 queries" in err
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--split", "test", "--n-train", "10",
+                 *kw]) == 2
+    assert "--n-train: subsets the training queries; it needs --split train" in capsys.readouterr().err
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--n-train", "100000", *kw]) == 2
+    assert "--n-train: 100000 exceeds the 647 training queries of scifact" in capsys.readouterr().err

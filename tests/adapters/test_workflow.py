@@ -925,7 +925,7 @@ def test_fit_adapter_defaults_are_the_estimators_and_the_commands():
                 "device", "progress"):
         assert sig[key].default == est[key], key
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["fit"]
-    cli = vars(sub.parse_args(["scifact", "--geometry", "shared", "--out", "x"]))  # --geometry is required
+    cli = vars(sub.parse_args(["scifact", "--geometry", "shared", "--out", "x"]))  # the CLI's default is auto
     for key in ("rank", "form", "init", "epochs", "seed", "selection", "anchor", "selector"):
         assert cli[key] == sig[key].default, key
     assert tuple(cli["learning_rates"]) == sig["learning_rates"].default

@@ -66,10 +66,28 @@ def test_select_and_fit_share_one_rank_default(tmp_path, capsys):
     sel = parser.parse_args(["select", "syn"])
     fit = parser.parse_args(["fit", "syn", "--out", str(tmp_path / "a")])
     assert sel.rank == fit.rank == 16
+    import inspect
+
+    import asymgeo
+
+    assert inspect.signature(asymgeo.fit).parameters["rank"].default == 16  # the Python entry point too
     for cmd in ("select", "fit"):
         with pytest.raises(SystemExit):
             parser.parse_args([cmd, "--help"])
         assert "(default 16, as " in capsys.readouterr().out
+
+
+def test_fit_needs_no_geometry_auto_is_the_default(tmp_path):
+    """#38: `fit` required --geometry although auto is what the docs recommend; the pairs path and
+    asymgeo.fit default to auto as well."""
+    import inspect
+
+    import asymgeo
+
+    parser = build_parser()
+    assert parser.parse_args(["fit", "syn", "--out", str(tmp_path / "a")]).geometry == "auto"
+    assert parser.parse_args(["fit", "--pairs", "p.jsonl", "--out", str(tmp_path / "a")]).geometry == "auto"
+    assert inspect.signature(asymgeo.fit).parameters["geometry"].default == "auto"
 
 
 def test_select_without_cache_is_one_line_and_exit_2(shared_dir, tmp_path, capsys):

@@ -127,3 +127,16 @@ def test_without_eval_pairs_the_split_carves_test_from_the_pairs(tmp_path):
     parts = adaptation_split(load_beir(ds.path))
     assert [len(parts[k]) for k in ("train", "validation", "test")] == [12, 4, 4]
     assert set().union(*map(set, parts.values())) == {_qid(f"question {i}") for i in range(20)}
+
+
+def test_a_real_datasets_dataset_in_the_trainer_layout():
+    """#38: pairs as a `datasets.Dataset` in the column layout SentenceTransformerTrainer takes (named anchor /
+    positive / negative columns, or any names read by position), not only the stand-in above."""
+    datasets = pytest.importorskip("datasets")
+    named = datasets.Dataset.from_dict({"anchor": ["q one", "q two"], "positive": ["pos one", "pos two"],
+                                        "negative": ["neg one", "neg two"]})
+    assert read_pairs(named).pairs == [("q one", "pos one", ("neg one",)), ("q two", "pos two", ("neg two",))]
+    by_position = datasets.Dataset.from_dict({"question": ["q one"], "answer": ["pos one"]})
+    assert read_pairs(by_position).pairs == [("q one", "pos one", ())]
+    with pytest.raises(ValueError, match=r"pairs\[0\]: field 'score'"):  # scored pairs are not relevance pairs
+        read_pairs(datasets.Dataset.from_dict({"s1": ["a"], "s2": ["b"], "score": [0.5]}))

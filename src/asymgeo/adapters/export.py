@@ -44,8 +44,8 @@ import numpy as np
 
 from .adapter import Adapter
 
-__all__ = ["export_sentence_transformers", "attach_adapter", "model_card", "similarity_note", "MANIFEST_FILE",
-           "DEFAULT_ROUTES"]
+__all__ = ["export_sentence_transformers", "attach_adapter", "model_card", "similarity_note", "checkpoint_phrase",
+           "MANIFEST_FILE", "DEFAULT_ROUTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +143,28 @@ def similarity_note(adapter: Adapter, normalize: bool = False) -> str:
             "(--normalize) for unit query vectors whose cosine equals the dot product")
 
 
+def checkpoint_phrase(metrics: dict[str, Any]) -> str:
+    """Which validation queries chose the deployed map's checkpoint, as ``fit`` and the model card say it.
+
+    ``"the checkpoint was chosen on <selection_phrase>"``; under the joint deployment
+    (``metrics["joint"]``) the deployed map may instead be the query-only map whose checkpoint was
+    chosen on all validation queries, or a blend ``(1 - lam) W_sel + lam W_all`` of the two
+    query-only maps, and the phrase says so (the selection queries did not choose it alone).
+    """
+    from .workflow import selection_phrase
+
+    sel = selection_phrase(metrics)
+    choice = str((metrics.get("joint") or {}).get("choice", ""))
+    n = metrics.get("n_validation", "?")
+    if "(blend " in choice:
+        lam = choice.split("(blend ", 1)[1].rstrip(")")
+        return (f"the map blends two query-only checkpoints (weight {lam} on the second), one chosen on {sel}, "
+                f"one on all {n} validation queries")
+    if choice.endswith(" (all)") and metrics.get("selection") != "all":
+        return f"the checkpoint was chosen on all {n} validation queries (the query-only map the deployment chose)"
+    return f"the checkpoint was chosen on {sel}"
+
+
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
@@ -230,11 +252,9 @@ def model_card(adapter: Adapter, base_name: str, base_path: str, *, normalize: b
         "- Prompts: the base model's query and document prefixes (`encode_query` / `encode_document`).",
     ]
     if meta.get("dataset"):
-        from .workflow import selection_phrase
-
         lines.append(f"- Training data: {meta['dataset']}, {split.get('description', 'adaptation split')}; "
-                     f"{metrics.get('n_train', split.get('n_train', '?'))} training queries; checkpoint chosen on "
-                     f"{selection_phrase(metrics)} (anchor {metrics.get('anchor', 0)}).")
+                     f"{metrics.get('n_train', split.get('n_train', '?'))} training queries; "
+                     f"{checkpoint_phrase(metrics)} (anchor {metrics.get('anchor', 0)}).")
     if "frozen" in metrics and "trained" in metrics:
         lines.append(f"- Test NDCG@10: frozen {metrics['frozen']['test_ndcg@10']:.4f}, this adapter "
                      f"{metrics['trained']['test_ndcg@10']:.4f}.")

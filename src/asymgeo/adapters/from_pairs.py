@@ -60,8 +60,8 @@ def fit(
         positive, negatives), or a JSONL file (:mod:`asymgeo.data.pairs`).
     corpus : the documents to search: mapping id -> text, list of texts or dicts, a JSONL
         file, or ``None`` (the pairs' own texts).  Positives missing from it are added.
-    eval_pairs : held-out pairs, scored as the test split; ``None``: a fifth of the training
-        queries are held out.
+    eval_pairs : held-out pairs, scored as the test split; ``None``: the pairs' queries are carved
+        60 / 20 / 20 into training, validation and test.
     geometry : ``"auto"`` (default: train both families, keep shared unless dual is better on
         validation NDCG@10 by more than one standard error), ``"shared"`` or ``"dual"``.
     rank : adapter rank r (default 16).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,22 @@ _SUBSETS = (("all", "all"), ("seen", "seen-doc"), ("unseen", "unseen-doc"), ("un
 MIN_SCALE_QUERIES = 20
 
 
+def _selection_maps(report: Any) -> dict[str, Any]:
+    """The trained maps whose ``history_`` scores the selection queries: the families ``auto`` trained
+    (or the one fitted) and, under the joint deployment, the query-only map whose checkpoint was chosen
+    on the same queries.  Not drawn: the query-only map chosen on all validation queries (other
+    queries; with ``selection="all"`` it is the selection one) and the blends (no training run)."""
+    maps = dict(report.candidates or {report.adapter.geometry_: report.adapter})
+    sel = report.metrics.get("selection")
+    for name, ad in (getattr(report, "joint", None) or {}).items():
+        if name == f"{ad.geometry_} ({sel})" and ad.geometry_ not in maps:
+            maps[ad.geometry_] = ad
+    return maps
+
+
 def _curves(report: Any) -> list[dict[str, Any]]:
-    families = report.candidates or {report.adapter.geometry_: report.adapter}
     out = []
-    for fam, ad in families.items():
+    for fam, ad in _selection_maps(report).items():
         runs: dict[float, list[tuple[int, float]]] = {}
         for h in ad.history_:
             if h.get("validation_ndcg") is not None:
@@ -37,6 +50,9 @@ def _curves(report: Any) -> list[dict[str, Any]]:
 
 def _chosen(report: Any, curves: list[dict[str, Any]]) -> dict[str, Any] | None:
     ad = report.adapter
+    joint = report.metrics.get("joint")
+    if joint and joint.get("choice") != f"{ad.geometry_} ({report.metrics.get('selection')})":
+        return None  # a blend, or a map chosen on all validation queries: no checkpoint on these curves
     for c in curves:
         if c["family"] == ad.geometry_ and c["learning_rate"] == ad.learning_rate_ and ad.best_epoch_ in c["epochs"]:
             i = c["epochs"].index(ad.best_epoch_)
@@ -45,12 +61,34 @@ def _chosen(report: Any, curves: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+def _joint_title(report: Any, chosen: dict[str, Any] | None, top: float) -> str:
+    """The title under the joint deployment (``metrics["joint"]``): map + memory chosen on all
+    validation queries, so the deployed map need not be the highest point of these map-only curves."""
+    m = report.metrics
+    name = m["joint"]["choice"]
+    with_memory = " + memory" if getattr(report.adapter, "memory_", None) is not None else ""
+    how = f"chosen with its memory on all {m.get('n_validation', '?')} validation queries"
+    if chosen is None:
+        if "blend" in name:
+            what = "a blend of the query-only maps chosen on the selection queries and on all validation queries"
+        else:
+            what = f"its checkpoint chosen on all {m.get('n_validation', '?')} validation queries, not these"
+        return f"deployed: {name}{with_memory} ({what}; not a point on these curves), {how}"
+    star = (f"star: the deployed map{with_memory} ({chosen['family']}, lr {chosen['learning_rate']:g}, "
+            f"epoch {chosen['epoch']}), {how}")
+    if chosen["ndcg"] >= top:
+        return star + ", the highest point"
+    return star + "; not the highest point (the curves score the map alone on the selection queries)"
+
+
 def _title(report: Any, chosen: dict[str, Any] | None, curves: list[dict[str, Any]]) -> str:
     m = report.metrics
     auto = m.get("auto") or {}
+    top = max((v for c in curves for v in c["ndcg"]), default=math.nan)
+    if m.get("joint"):
+        return _joint_title(report, chosen, top)
     if chosen is None:
         return "training curves"
-    top = max((v for c in curves for v in c["ndcg"]), default=math.nan)
     what = f"star: the kept checkpoint ({chosen['family']}, lr {chosen['learning_rate']:g}, epoch {chosen['epoch']})"
     tie = str(auto.get("rule", "")).startswith("tie")  # the one-SE rule kept a family whose points are lower
     if tie and chosen["ndcg"] < top:
@@ -108,10 +146,14 @@ def _bars(gen: dict[str, Any]) -> dict[str, Any]:
 def fit_plot_data(report: Any) -> dict[str, Any]:
     """What :func:`plot_fit` draws for ``report`` (a :class:`~asymgeo.adapters.workflow.FitReport`).
 
-    Returns ``curves`` (per family and learning rate: epochs and selection NDCG@10), ``chosen``
-    (the kept checkpoint: family, learning rate, epoch, NDCG@10; marked by a star), ``title``
-    (true under every rule: the star is the highest point, the best of a fixed family, or
-    the family the ``auto`` rule kept although another point is higher), ``frozen`` (the frozen
+    Returns ``curves`` (per family and learning rate: epochs and selection NDCG@10; under the joint
+    deployment also the query-only map chosen on the same queries), ``chosen``
+    (the kept checkpoint: family, learning rate, epoch, NDCG@10; marked by a star; ``None`` when
+    the joint deployment chose a blend or a map whose checkpoint was chosen on other queries),
+    ``title`` (true under every rule: the star is the highest point, the best of a fixed family,
+    the family the ``auto`` rule kept although another point is higher, or the map the joint
+    deployment chose with its memory on all validation queries; else which map was deployed and
+    that it is not on the curves), ``frozen`` (the frozen
     model's NDCG@10 on the same selection queries as the curves, ``frozen_queries`` of them) and,
     with a generalisation report, ``bars``: the subsets drawn (empty groups left out; a
     seen- or unseen-document group holding every test query is drawn once, as "all"), their
@@ -155,11 +197,12 @@ def plot_fit(report: Any, path: str | os.PathLike) -> Path:
         ax1.plot(c["epochs"], c["ndcg"], marker=".", label=f"{c['family']}, lr {c['learning_rate']:g}")
     ch = data["chosen"]
     if ch is not None:
-        ax1.plot([ch["epoch"]], [ch["ndcg"]], marker="*", ms=14, color="k", ls="none", label="kept checkpoint")
+        ax1.plot([ch["epoch"]], [ch["ndcg"]], marker="*", ms=14, color="k", ls="none",
+                 label="deployed checkpoint" if report.metrics.get("joint") else "kept checkpoint")
     ax1.axhline(data["frozen"], color="k", ls="--", lw=1, label="frozen")
     ax1.set_xlabel("epoch")
     ax1.set_ylabel(f"NDCG@10 on the {data['n_selection']} selection queries")
-    ax1.set_title(data["title"], fontsize=8)
+    ax1.set_title(textwrap.fill(data["title"], 90), fontsize=8)
     ax1.legend(fontsize=7)
     gen = report.metrics.get("generalisation")
     if gen:

@@ -302,8 +302,8 @@ def pairs_dataset(train_pairs: Any, *, corpus: Any = None, eval_pairs: Any = Non
     ----------
     train_pairs : the training pairs, in any layout of the module docstring.
     corpus : the documents to search (module docstring); ``None``: the pairs' own texts.
-    eval_pairs : held-out pairs scored as the test split; ``None``: a fifth of the training
-        queries are held out for test (:func:`asymgeo.data.adaptation_split`).
+    eval_pairs : held-out pairs scored as the test split; ``None``: the pairs' queries are carved
+        60 / 20 / 20 into training, validation and test (:func:`asymgeo.data.adaptation_split`).
     data_dir : where the folder goes (default ``$ASYMGEO_DATA_DIR``, ``~/.cache/asymgeo/datasets``).
     name : the folder's name (default ``pairs-<digest of its contents>``).
 
