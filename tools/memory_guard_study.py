@@ -105,6 +105,42 @@ def summary(path: str) -> None:
                       f"chosen: {', '.join(x[0] for x in rows)}")
 
 
+def routing(path: str, data_dir: str, cache_dir: str) -> None:
+    """Replay a *routed* query map offline: each query takes the map chosen on all validation
+    queries (with its memory) when its nearest training query is at least ``t`` similar, else the
+    document-disjoint map (with its memory); ``t`` a quantile of the validation queries' nearest
+    training-query similarity.  Routed on training keys only, at validation and test alike; the
+    shipped rule (highest validation NDCG@10 among the candidates that lose nothing on the
+    protected queries) then chooses among the joint candidates and three routed ones."""
+    from asymgeo.adapters import workflow as wf
+
+    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    sims: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+    by: dict[tuple[str, str], list] = {}
+    for r in recs:
+        key = (r["dataset"], r["encoder"])
+        if key not in sims:
+            d = wf.load_adaptation_data(*key, data_dir=data_dir, cache_dir=cache_dir)
+            K = np.asarray(d.triples.X, dtype=np.float32)
+            sims[key] = ((d.V @ K.T).max(axis=1), (d.T @ K.T).max(axis=1))
+        sv, st = sims[key]
+        v = r["variants"]["train_keys"]
+        fv, prot = np.asarray(r["frozen_val"]), np.asarray(v["protected"], dtype=bool)
+        f, u = np.asarray(r["frozen_test"]), np.asarray(r["unseen_rows"], dtype=np.int64)
+        cands = {n: (np.asarray(c["val_values"]), np.asarray(c["test_values"])) for n, c in v["candidates"].items()}
+        a, b = cands["query (all)"], cands["query (document_disjoint)"]
+        for q in (0.25, 0.5, 0.75):
+            t = float(np.quantile(sv, q))
+            cands[f"routed at q{q:g}"] = (np.where(sv >= t, a[0], b[0]), np.where(st >= t, a[1], b[1]))
+        feasible = [n for n, (x, _) in cands.items() if (x - fv)[prot].mean() >= 0] or list(cands)
+        best = max(feasible, key=lambda n: cands[n][0].mean())
+        t_best = cands[best][1]
+        by.setdefault(key, []).append((best, (t_best - f).mean(), (t_best - f)[u].mean()))
+    for (ds, enc), rows in sorted(by.items()):
+        print(f"routed candidates added, {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, unseen-doc "
+              f"{np.mean([x[2] for x in rows]):+.4f} over {len(rows)} seeds; chosen: {', '.join(x[0] for x in rows)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dataset", nargs="?")
@@ -112,11 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="memory_guard_study.jsonl")
     ap.add_argument("--summary", metavar="JSONL")
+    ap.add_argument("--routing", action="store_true", help="with --summary: also replay routed query maps")
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--cache-dir", default="../shared/embeddings")
     a = ap.parse_args(argv)
     if a.summary:
         summary(a.summary)
+        if a.routing:
+            routing(a.summary, a.data_dir, a.cache_dir)
         return
     if not (a.dataset and a.encoder):
         ap.error("dataset and encoder are required unless --summary is given")
