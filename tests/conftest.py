@@ -89,6 +89,8 @@ def _triples_cache_in_tmp(tmp_path_factory):
 
     old = os.environ.get("ASYMGEO_TRIPLES_DIR")
     os.environ["ASYMGEO_TRIPLES_DIR"] = str(tmp_path_factory.mktemp("triples-cache"))
+    old_scans = os.environ.get("ASYMGEO_SCAN_DIR")  # remembered corpus scans: never the user's ~/.cache
+    os.environ["ASYMGEO_SCAN_DIR"] = str(tmp_path_factory.mktemp("scan-memo"))
     # Tests write only under their temp folders: ../shared is never written, even where its
     # permission bits would allow it (the library writes the triple cache beside a writable cache).
     shared = SHARED_DIR.resolve()
@@ -101,6 +103,10 @@ def _triples_cache_in_tmp(tmp_path_factory):
     triples._writable = writable_outside_shared
     yield
     triples._writable = real_writable
+    if old_scans is None:
+        os.environ.pop("ASYMGEO_SCAN_DIR", None)
+    else:
+        os.environ["ASYMGEO_SCAN_DIR"] = old_scans
     if old is None:
         os.environ.pop("ASYMGEO_TRIPLES_DIR", None)
     else:

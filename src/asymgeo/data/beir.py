@@ -363,6 +363,32 @@ class BeirDataset:
     # ---------------------------------------------------------------- corpus
     @cached_property
     def _corpus(self) -> _CorpusScan:
+        """The corpus's ids and digest: remembered per file version when the file was read
+        before and was clean (:mod:`asymgeo.data.scan_memo`), else parsed (and remembered)."""
+        import time
+
+        from . import scan_memo
+
+        rep = self._report
+        memo = scan_memo.load_scan(self.corpus_file)
+        if memo is not None:
+            arr, digest, blanks = memo
+            scan_memo.SCAN_PATHS["memo"] += 1
+            rep.corpus_docs = int(arr.size)
+            if blanks:
+                rep.blank_lines[self.corpus_file.name] = rep.blank_lines.get(self.corpus_file.name, 0) + blanks
+            return _CorpusScan(ids=IdIndex(arr, what="document", source=self.corpus_file), skip_lines=frozenset(),
+                               digest=digest)
+        scan_memo.SCAN_PATHS["parsed"] += 1
+        started, before = time.time(), scan_memo.scan_key(self.corpus_file)
+        blanks_before = rep.blank_lines.get(self.corpus_file.name, 0)
+        scan = self._parse_corpus()
+        if not scan.skip_lines and not rep.empty_documents:  # clean: nothing to warn about again
+            scan_memo.save_scan(self.corpus_file, before, started, scan.ids._arr, scan.digest,
+                                rep.blank_lines.get(self.corpus_file.name, 0) - blanks_before)
+        return scan
+
+    def _parse_corpus(self) -> _CorpusScan:
         ids: list[str] = []
         seen: set[str] = set()
         skip: set[int] = set()
