@@ -1106,9 +1106,12 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
         from .adapters.generalisation import GeneralisationReport
 
         table = GeneralisationReport(gen["rows"], gen["prior_weight"], {}, gen["seen"], gen["focus"]).format_table()
-        print(f"test NDCG@10, gain over frozen [paired 95% interval]; seen-doc: a relevant document was a "
-              f"training positive ({gen['seen']['n_seen_documents']:,} documents); prior: frozen + "
-              f"{gen['prior_weight']:g} for them")
+        by = str(gen["seen"].get("defined_by", "train queries"))
+        whose = "a training or validation query's positive (what the memory holds)" if "validation" in by \
+            else "a training positive"
+        print(f"test NDCG@10, gain over frozen [paired 95% interval]; seen-doc: a relevant document was "
+              f"{whose} ({gen['seen']['n_seen_documents']:,} documents); prior: frozen + "
+              f"{gen['prior_weight']:g} for the training positives")
         print(table)
         for note in gen.get("notes", []):
             print(f"note: {note}")

@@ -156,3 +156,18 @@ def test_a_one_query_subset_has_a_difference_and_no_interval():
     assert c["n"] == 1 and c["ndcg"] == 0.5 and c["diff"] == 0.25
     assert np.isnan(c["ci_low"]) and np.isnan(c["ci_high"])
     assert _cell({"a": 0.5}, None, ["a"], 10, 0) == {"n": 1, "ndcg": 0.5}
+
+
+@pytest.mark.parametrize("defined_by, phrase", [("train queries", "include a training positive,"),
+                                                ("809 train + validation queries",
+                                                 "include a training or validation positive,")])
+def test_the_headline_names_what_seen_means(defined_by, phrase):
+    # with a memory the seen documents are the training and validation positives: the headline says so
+    from asymgeo.adapters.generalisation import GeneralisationReport, _headline
+
+    cell = {"n": 10, "mean": 0.5, "diff": 0.1, "ci_low": 0.05, "ci_high": 0.15}
+    rows = {"m": {"all": cell, "seen": cell, "unseen": {**cell, "n": 4}, "unseen_relevant": cell},
+            "doc prior (beta=0.1)": {"all": cell, "seen": cell, "unseen": cell, "unseen_relevant": cell}}
+    rep = GeneralisationReport(rows, 0.1, {}, {"defined_by": defined_by}, "m", 10)
+    text = _headline(rep, "doc prior (beta=0.1)")
+    assert phrase in text and "on the other 4" in text

@@ -8,8 +8,7 @@ import os
 
 import pytest
 
-from asymgeo.data import load_beir
-from asymgeo.data import scan_memo
+from asymgeo.data import load_beir, scan_memo
 
 
 def _folder(root, docs, name="ds"):

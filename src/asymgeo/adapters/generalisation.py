@@ -250,8 +250,10 @@ def _headline(rep: GeneralisationReport, prior_name: str) -> str:
     prior = f"; the document prior alone (no geometry) gives {_fmt(pr)} on all queries."
     if f["seen"]["n"] and f["unseen"]["n"]:
         u = f["unseen"]
+        whose = ("a training or validation positive" if "validation" in str(rep.seen.get("defined_by", ""))
+                 else "a training positive")
         return (f"{rep.focus}: {_fmt(f['seen'])} NDCG@{k} on the {f['seen']['n']} test queries whose relevant "
-                f"documents include a training positive, {_fmt(u)} on the other {u['n']} "
+                f"documents include {whose}, {_fmt(u)} on the other {u['n']} "
                 f"({_verdict(u)} queries unlike the training set)" + prior)
     a = f["all"]
     text = f"{rep.focus}: {_fmt(a)} NDCG@{k} on all {a['n']} test queries ({_verdict(a)} them)"
