@@ -599,7 +599,7 @@ def test_fit_adapter_refuses_unknown_choices_before_loading_anything(tmp_path):
     with pytest.raises(ValueError, match="selection: expected one of 'all', 'document_disjoint', got 'test'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", selection="test", data_dir=tmp_path)
     with pytest.raises(ValueError, match="selector: expected one of 'cars', 'sure', 'anisotropic', 'cv', 'cv0', "
-                                         "'cvx', 'cvp', 'pairwise', 'ranking', 'validation', got 'magic'"):
+                                         "'cvx', 'cvp', 'bsure', 'pairwise', 'ranking', 'validation', got 'magic'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="magic", data_dir=tmp_path)
     with pytest.raises(ValueError, match="selector: 'cars' decides the family of geometry='auto' only"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="dual", selector="cars", data_dir=tmp_path)

@@ -63,7 +63,8 @@ def test_every_builtin_rule_is_registered_under_its_catalogue_name():
     for rule in rules():
         assert get_rule(rule.name) is rule and rule.label and rule.summary
         assert rule.needs <= {"retrieval", "trained"}
-    assert rule_names(triples_only=True) == ["cars", "sure", "anisotropic", "cv", "cv0", "cvx", "cvp", "pairwise"]
+    assert rule_names(triples_only=True) == ["cars", "sure", "anisotropic", "cv", "cv0", "cvx", "cvp", "bsure",
+                                              "pairwise"]
     assert get_rule("ranking").needs == {"retrieval"} and get_rule("validation").needs == {"trained"}
 
 

@@ -1,7 +1,8 @@
 """Layer 3, selectors: the rules that choose shared or dual geometry; imports the foundation, linalg, kernels.
 
 One module per rule (:mod:`.cars` eq. 7, :mod:`.sure` eq. 4, :mod:`.anisotropic`,
-:mod:`.cross_validation` and :mod:`.cross_validation_sign`, :mod:`.pairwise`, :mod:`.ranking`
+:mod:`.cross_validation` and :mod:`.cross_validation_sign`, :mod:`.extrapolated_cv`,
+:mod:`.pooled_cv`, :mod:`.bootstrap_sure`, :mod:`.pairwise`, :mod:`.ranking`
 and :mod:`.validation`, which receive retrieval scores through their context), all with the
 signature and result of :mod:`.registry`: ``decide(X, D, rank, *, seed, context) -> Decision``;
 :mod:`.catalogue` lists the built-in names (one line per rule).  Callers look rules up by name

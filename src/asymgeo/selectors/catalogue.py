@@ -14,6 +14,7 @@ BUILTIN_RULES: dict[str, str] = {
     "cv0": "asymgeo.selectors.cross_validation_sign",
     "cvx": "asymgeo.selectors.extrapolated_cv",
     "cvp": "asymgeo.selectors.pooled_cv",
+    "bsure": "asymgeo.selectors.bootstrap_sure",
     "pairwise": "asymgeo.selectors.pairwise",
     "ranking": "asymgeo.selectors.ranking",
     "validation": "asymgeo.selectors.validation",
