@@ -235,3 +235,29 @@ def test_select_validate_folds_20_reports_progress_when_piped(capsys, monkeypatc
     counts = [int(m.group(1)) for m in re.finditer(r"asymgeo: validate rank 4: (\d+)/120 cells", err)]
     assert counts[0] == 0 and counts[-1] == 120 and len(counts) >= 20 and counts == sorted(counts)
     assert "\r" not in err and "120/120 cells (100%)" in err
+
+
+def test_select_ranking_and_retrieval_search_the_cache_without_a_float32_copy(shared_dir, monkeypatch, capsys):
+    # issue #40: `select --selector ranking` and `--validate --retrieval` copied the corpus to float32
+    # (6.12 GiB peak at 1M x 768); both must hand the cache's float16 memory map to exact search
+    import numpy as np
+
+    import asymgeo.retrieval.ranking_selector as rs
+    from asymgeo.cli import main
+
+    seen = []
+    real_per_query = rs._per_query
+
+    def spy(queries, corpus, *a, **k):
+        seen.append((corpus.dtype, bool(corpus.flags.owndata)))
+        return real_per_query(queries, corpus, *a, **k)
+
+    monkeypatch.setattr(rs, "_per_query", spy)
+    kw = ["--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--selector", "ranking",
+                 *kw]) == 0
+    assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--validate", "--retrieval",
+                 "--no-progress", *kw]) == 0
+    capsys.readouterr()
+    # float16 and not owning its data: the cache's memory map (or a view of it), never a copy
+    assert seen and all(d == np.float16 and not owns for d, owns in seen)

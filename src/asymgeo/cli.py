@@ -321,14 +321,13 @@ def _selector_decision(args, tr, X, D, Xc, Dc, cars, centred: bool | None = None
     context = SelectionContext(n_splits=args.n_splits, selector_dim=args.selector_dim, cv_folds=5,
                                cars=cars_decision(cars))
     if "retrieval" in rule.needs:  # a fifth of these queries held out, searched over the corpus
-        import numpy as np
 
         from .data import load_beir, load_embeddings
         from .retrieval.ranking_selector import pool_validation, ranking_scorer
 
         ds = load_beir(args.dataset, data_dir=args.data_dir)
         emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
-        corpus = np.asarray(emb.corpus, dtype=np.float32)
+        corpus = emb.corpus  # the float16 memory map: exact search upcasts it block by block (no N x p copy)
         Xs, Ds, V, table = pool_validation(Xs, Ds, tr.query_ids, ds.all_qrels(), corpus, emb.corpus_ids, seed=args.seed)
         context = context.with_(score_operator=ranking_scorer(V, table, corpus), cars=None)
     return rule.decide(Xs, Ds, args.rank, seed=args.seed, context=context)
@@ -548,7 +547,7 @@ def _select_retrieval(args, tr) -> dict:
     emb = load_embeddings(ds, args.encoder, cache_dir=args.cache_dir)
     X = np.asarray(tr.X, dtype=np.float64)
     D = np.asarray(tr.Y_pos, dtype=np.float64) - np.asarray(tr.Y_neg, dtype=np.float64)
-    res = heldout_retrieval(X, D, tr.query_ids, ds.all_qrels(), np.asarray(emb.corpus, dtype=np.float32),
+    res = heldout_retrieval(X, D, tr.query_ids, ds.all_qrels(), emb.corpus,  # float16 memory map, read in blocks
                             emb.corpus_ids, args.rank, folds=args.folds, seed=args.seed,
                             centred=bool(args.centred))
     return res.as_dict()
