@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: (experiment, results page builder) in run order; the RQ3 variants' configs live in experiments/.
 SWEEPS = ("rq1", "table2", "rq2", "rq4", "table1", "selectors", "heldout_noise", "partial_sharing", "partial_sharing_retrieval",
           "rq1_selectors", "rq3_rotation", "rq3_grid", "rq3_grid_closed_form",
-          "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population", "peers")
+          "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population", "peers",
+          "rq3_zero_angle")
 
 
 def _timed(label: str, fn: Callable[[], object], log: list[tuple[str, float]]) -> None:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     os.chdir(ROOT)  # configs' data_dir / cache_dir are relative to the repository
-    from asymgeo.experiments import auto_geometry, generalisation, population, rq3
+    from asymgeo.experiments import auto_geometry, generalisation, population, rq3, rq3_zero_angle
     from asymgeo.experiments.adapters_scifact import main as adapters_main
     from asymgeo.experiments.evidence_report import build_evidence_report
     from asymgeo.experiments.report import build_report, reproduce
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     _timed("auto_geometry page", lambda: summary_page(auto_geometry, "auto_geometry",
                                                       docs / f"auto_geometry{suffix}.md"), log)
     _timed("population page", lambda: summary_page(population, "population", docs / f"population{suffix}.md"), log)
+    (docs / "results").mkdir(parents=True, exist_ok=True)
+    _timed("RQ3 at 0 degrees page", lambda: summary_page(rq3_zero_angle, "rq3_zero_angle",
+                                                         docs / "results" / f"rq3_zero_angle{suffix}.md"), log)
     from asymgeo.experiments.peers import main as peers_main
 
     _timed("peers page", lambda: peers_main([str(results / f"peers{suffix}"), str(docs / f"peers{suffix}.md")]), log)

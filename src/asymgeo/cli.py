@@ -916,7 +916,7 @@ def _add_fit(sub):
     p.add_argument("--rank", type=int, default=DEFAULT_RANK, help=f"rank r (default {DEFAULT_RANK}, as select)")
     p.add_argument("--form", choices=["augmented", "projection"], default="augmented",
                    help="augmented: x.y + (Ax).(By) (default); projection: (Ax).(By)")
-    p.add_argument("--init", choices=["closed_form", "random"], default="closed_form",
+    p.add_argument("--init", choices=["closed_form", "random", "random_independent"], default="closed_form",
                    help="initialisation (default closed_form)")
     p.add_argument("--n-train", type=int, default=None, help="use a seeded subset of N training queries (default all)")
     p.add_argument("--max-validation", type=int, default=None, metavar="N",

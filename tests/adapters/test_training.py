@@ -435,3 +435,32 @@ def test_a_cache_validated_on_load_is_not_scanned_again_by_training(tmp_path, mo
     monkeypatch.setattr(training, "_finite_rows", lambda blk: scans.append(1) or np.ones(blk.shape[0], bool))
     prepare_training(rng.normal(size=(8, 4)), np.arange(8), _Cache.corpus)
     assert scans == []
+
+
+def test_the_independent_random_start_draws_the_duals_b_apart_and_leaves_the_rest(problem):
+    """#37 (RQ3 at 0 degrees): ``init="random_independent"`` keeps the tied start's A (and the shared
+    map) and gives the dual's B an independent draw of the same scale, so the dual start is not a
+    symmetric operator.  Inspected as in the test above: every learning rate diverges and the
+    start is kept."""
+    r, kw = 3, dict(rank=3, form="augmented", epochs=2, batch_size=8, learning_rates=(1e9,), seed=4)
+
+    def start(**extra):
+        ad = Adapter(**kw, **extra)
+        with pytest.raises(ValueError, match="diverged"):
+            ad.fit(problem.X, problem.pos, problem.corpus, hard_negative_rows=problem.hard)
+        return ad
+
+    tied = start(init="random", geometry="dual")
+    ind = start(init="random_independent", geometry="dual")
+    np.testing.assert_array_equal(ind.query_map_, tied.query_map_)  # A: the same draw as the tied start
+    B = ind.doc_map_
+    assert not np.allclose(B, ind.query_map_)
+    # independent of A: their correlation over r*p = 36 entries is small (|rho| < 0.6, far tails)
+    assert abs(np.corrcoef(B.ravel(), ind.query_map_.ravel())[0, 1]) < 0.6
+    assert 0.6 * 0.01 < B.std() < 1.4 * 0.01
+    M = ind.query_map_.T @ B
+    assert np.abs(M - M.T).max() > 1e-6  # the start operator is not symmetric (the tied one is)
+    np.testing.assert_allclose(tied.query_map_.T @ tied.doc_map_, (tied.query_map_.T @ tied.doc_map_).T)
+    for init in ("random", "random_independent"):  # the shared family has one map: unchanged
+        np.testing.assert_array_equal(start(init=init, geometry="shared").query_map_, tied.query_map_)
+    np.testing.assert_array_equal(start(init="random_independent", geometry="dual").doc_map_, B)  # seeded

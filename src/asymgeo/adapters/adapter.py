@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 GEOMETRIES = ("shared", "dual", "auto", "query")
 FORMS = ("augmented", "projection")
-INITS = ("closed_form", "random")
+INITS = ("closed_form", "random", "random_independent")
 
 #: Largest ``anchor``.  The pull weighs a *relative* squared distance, ``||W - W_0||^2 / ||W_0||^2``,
 #: against a contrastive loss of a few nats: at 1e6 moving a map by 0.1% of its norm already costs
@@ -87,13 +87,16 @@ class Adapter(_Params):
     rank : int
         Rank r of the low-rank maps.
     form : {"augmented", "projection"}
-    init : {"closed_form", "random"}
+    init : {"closed_form", "random", "random_independent"}
         ``"closed_form"`` (default) starts from the closed-form truncation of the training
         relevance moment (Theorem 1): for the augmented form at the closed-form baseline
         ``I + c M / ||M||_2`` with ``c`` chosen on validation, so epoch 0 *is* the baseline
         and the selected checkpoint is never worse on validation; for the projection form at
         ``M / ||M||_2``.  ``"random"``: ``A = B`` = one small Gaussian draw (std 0.01 for
         augmented, ``1/sqrt(r)`` for projection), the same draw for both families.
+        ``"random_independent"``: the same, except that the dual family's ``B`` is a second,
+        independent draw (``A`` stays the draw shared with the shared family's ``P``), so the
+        dual start is not the tied ``A = B``, a symmetric operator (issue #37's RQ3 at 0 degrees).
         docs/adapters.md shows the measurement behind the default.
     learning_rates : sequence of float
         Grid searched on validation (paper: 3e-4, 1e-3, 3e-3).

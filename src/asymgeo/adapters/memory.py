@@ -162,7 +162,7 @@ class DocumentMemory:
             if exclude is not None:
                 S[np.arange(V.shape[0]), exclude] = -np.inf
             nearest = np.where(np.isfinite(S.max(axis=1)), S.max(axis=1), -1.0)
-        taus = sorted({float(min(np.quantile(nearest, q), 0.999)) for q in qs})
+        taus = sorted({min(float(np.quantile(nearest, q)), 0.999) for q in qs})
         best = (self.map_validation_ndcg_, 1.0, 0.0, 0.0)  # (ndcg, tau, alpha, protected diff): no memory
         best_values = base
         self.history_: list[dict[str, float]] = []

@@ -465,10 +465,13 @@ def _initial_maps(adapter: Any, data: TrainingData, geometry: str,
     rank, p = int(adapter.rank), data.p
     if geometry == "query":  # the query-only peer: x -> x + W x from W = 0 (the identity map), documents fixed
         return np.zeros((p, p)), np.eye(p), None
-    if adapter.init == "random":
+    if adapter.init in ("random", "random_independent"):
         rng = np.random.default_rng(np.random.SeedSequence(int(adapter.seed), spawn_key=(1,)))
         std = 0.01 if adapter.form == "augmented" else 1.0 / math.sqrt(rank)
         G = rng.normal(0.0, std, size=(rank, p))
+        if adapter.init == "random_independent" and geometry == "dual":  # B: a second, independent draw
+            other = np.random.default_rng(np.random.SeedSequence(int(adapter.seed), spawn_key=(2,)))
+            return G, other.normal(0.0, std, size=(rank, p)), None
         return G, G.copy(), None
     A, B, norm = closed_form_factors(data, geometry, rank)
     if norm <= 0:
