@@ -442,7 +442,7 @@ def test_the_independent_random_start_draws_the_duals_b_apart_and_leaves_the_res
     map) and gives the dual's B an independent draw of the same scale, so the dual start is not a
     symmetric operator.  Inspected as in the test above: every learning rate diverges and the
     start is kept."""
-    r, kw = 3, dict(rank=3, form="augmented", epochs=2, batch_size=8, learning_rates=(1e9,), seed=4)
+    kw = dict(rank=3, form="augmented", epochs=2, batch_size=8, learning_rates=(1e9,), seed=4)
 
     def start(**extra):
         ad = Adapter(**kw, **extra)
