@@ -257,7 +257,7 @@ def test_select_ranking_and_retrieval_search_the_cache_without_a_float32_copy(sh
     assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--selector", "ranking",
                  *kw]) == 0
     assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--validate", "--retrieval",
-                 "--no-progress", *kw]) == 0
+                 "--folds", "2", "--no-progress", *kw]) == 0
     capsys.readouterr()
     # float16 and not owning its data: the cache's memory map (or a view of it), never a copy
     assert seen and all(d == np.float16 and not owns for d, owns in seen)

