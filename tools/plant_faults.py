@@ -59,7 +59,7 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
     ("the blended query map ignores its weight", "adapters/workflow.py",
      "W = (1.0 - lam) * np.asarray(a.query_map_, dtype=np.float64) + lam * np.asarray(b.query_map_, dtype=np.float64)",
      "W = 0.5 * np.asarray(a.query_map_, dtype=np.float64) + 0.5 * np.asarray(b.query_map_, dtype=np.float64)",
-     ["tests/adapters/test_joint_deployment.py", "-k", "deployed_whole_among"]),
+     ["tests/adapters/test_joint_deployment.py", "-k", "deployed_whole_among or straight_path"]),
     ("the deployment guard ignores protected queries", "adapters/workflow.py",
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)', 'rec["feasible"] = True',
      ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),

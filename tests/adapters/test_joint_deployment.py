@@ -168,3 +168,23 @@ def test_fit_prints_the_deployed_whole_and_saves_the_record(joint_report, shared
     line = next(x for x in text.splitlines() if x.startswith("deployed: "))
     assert line.startswith(f"deployed: {rec['choice']} + memory")
     assert all(name in line for name in rec["candidates"])
+
+
+@pytest.mark.parametrize("lam", [0.25, 0.5, 0.75])
+def test_blended_query_map_is_the_straight_path_between_two_distinct_maps(lam):
+    # #41: the fitted fixture's two query-only maps can coincide (one epoch: both selections may keep
+    # the same checkpoint), which hides a blend that ignores its weight; here they differ by construction
+    from asymgeo.adapters import Adapter
+    from asymgeo.adapters.workflow import _blend_query_maps
+
+    rng = np.random.default_rng(3)
+    p = 5
+    Wd, Wa = rng.normal(size=(p, p)), rng.normal(size=(p, p))
+    a = Adapter.from_maps(Wd, np.eye(p), geometry="query", form="augmented")
+    b = Adapter.from_maps(Wa, np.eye(p), geometry="query", form="augmented")
+    out = _blend_query_maps(a, b, lam)
+    want = (1 - lam) * Wd + lam * Wa  # written out: the weight on the second map is lam
+    np.testing.assert_allclose(out.query_map_, want, atol=1e-12)
+    np.testing.assert_allclose(out.operator_, np.eye(p) + want.T, atol=1e-12)
+    x, y = rng.normal(size=(1, p)), rng.normal(size=(1, p))
+    np.testing.assert_allclose(out.similarity(x, y), (x + x @ want.T) @ y.T, atol=1e-10)
