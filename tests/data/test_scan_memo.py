@@ -91,10 +91,12 @@ def test_a_damaged_or_foreign_memo_is_ignored(tmp_path, memo_dir):
     _age(d / "corpus.jsonl")
     load_beir(d).corpus_ids
     (f,) = list(memo_dir.iterdir())
-    f.write_bytes(b"not an npz")
-    parsed = scan_memo.SCAN_PATHS["parsed"]
-    assert load_beir(d).corpus_ids == ["d1", "d2"]
-    assert scan_memo.SCAN_PATHS["parsed"] == parsed + 1
+    good = f.read_bytes()
+    for damaged in (b"not an npz", good[: len(good) // 2]):  # garbage, and a memo cut off mid-write
+        f.write_bytes(damaged)
+        parsed = scan_memo.SCAN_PATHS["parsed"]
+        assert load_beir(d).corpus_ids == ["d1", "d2"]
+        assert scan_memo.SCAN_PATHS["parsed"] == parsed + 1
 
 
 def test_an_unwritable_memo_folder_costs_nothing(tmp_path, monkeypatch):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import zipfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,7 @@ def load_scan(path: str | os.PathLike) -> tuple[np.ndarray, str, int] | None:
             if ids.dtype.kind != "S" or ids.ndim != 1:
                 return None
             return ids, str(z["digest"]), int(z["blank_lines"])
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # a damaged memo is only a miss
         log.debug("scan memo for %s not used: %s", path, exc)
         return None
 
