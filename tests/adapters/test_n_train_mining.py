@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import asymgeo.data.triples as triples_mod
 from asymgeo.adapters.workflow import adapter_training_queries, fit_adapter
 from asymgeo.data import load_triples
 
 
-def test_n_train_mines_only_the_subset_and_the_subset_is_unchanged(shared_dir, tmp_path, monkeypatch):
-    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))  # no mined file to reuse
-    mined: list[int] = []
+@pytest.fixture
+def mined(monkeypatch):
+    """The query blocks handed to hard-negative mining, recorded (mining itself still runs)."""
+    seen: list[np.ndarray] = []
     real = triples_mod.mine_hard_negatives
 
-    def counting(queries, *a, **k):
-        mined.append(int(np.asarray(queries).shape[0]))
+    def recording(queries, *a, **k):
+        seen.append(np.array(queries, copy=True))
         return real(queries, *a, **k)
 
-    monkeypatch.setattr(triples_mod, "mine_hard_negatives", counting)
+    monkeypatch.setattr(triples_mod, "mine_hard_negatives", recording)
+    return seen
+
+
+def test_n_train_mines_only_the_subset_and_the_subset_is_unchanged(shared_dir, tmp_path, monkeypatch, mined):
+    monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))  # no mined file to reuse
     kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
     rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="shared", rank=4, n_train=40, epochs=1,
                       learning_rates=(1e-3,), report=False, memory="none", **kw)
-    assert mined == [40]  # SciFact has 647 training queries; only the 40 trained on were searched
+    assert [m.shape[0] for m in mined] == [40]  # SciFact has 647 training queries; only the 40 trained on were searched
     assert rep.n_train == 40 and len(rep.adapter_train_ids) == 40
     # the same queries, and the same negatives, as the subset of the full mining (negatives are per query)
     full = load_triples("scifact", "all-MiniLM-L6-v2", "train", triples_cache=False, **kw)
@@ -56,26 +63,19 @@ def test_fit_mining_ivf_reports_its_recall(shared_dir, tmp_path, monkeypatch, ca
     assert 0.0 < m["recall"] <= 1.0
 
 
-def test_select_n_train_mines_only_its_subset_and_matches_fits_subset(shared_dir, tmp_path, monkeypatch, capsys):
+def test_select_n_train_mines_only_its_subset_and_matches_fits_subset(shared_dir, tmp_path, monkeypatch, capsys,
+                                                                     mined):
     # select --n-train N decides on the same seeded subset fit --n-train N trains on, mining only it
     import json
 
     from asymgeo.cli import main
 
     monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))
-    mined: list[int] = []
-    real = triples_mod.mine_hard_negatives
-
-    def counting(queries, *a, **k):
-        mined.append(int(np.asarray(queries).shape[0]))
-        return real(queries, *a, **k)
-
-    monkeypatch.setattr(triples_mod, "mine_hard_negatives", counting)
     kw = ["--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")]
     assert main(["select", "scifact", "--encoder", "all-MiniLM-L6-v2", "--rank", "4", "--n-train", "40",
                  "--seed", "3", "--json", *kw]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert mined == [40]
+    assert [m.shape[0] for m in mined] == [40]
     # the same 40 queries as fit's subset for seed 3, rebuilt independently from the pool
     from asymgeo.adapters.workflow import training_pool
     from asymgeo.data import load_beir, nested_subsets
@@ -84,6 +84,9 @@ def test_select_n_train_mines_only_its_subset_and_matches_fits_subset(shared_dir
     full = load_triples("scifact", "all-MiniLM-L6-v2", want, data_dir=shared_dir / "data",
                         cache_dir=shared_dir / "embeddings")
     assert out["n"] == len(full) and len(set(full.query_ids)) == 40
+    # the queries mined are exactly those of the subset (another seed's 40 would differ)
+    got = {r.tobytes() for r in mined[0].astype(np.float32)}
+    assert got == {r.tobytes() for r in np.asarray(full.X, dtype=np.float32)}
     assert "a seeded subset of 40 of the adaptation split's training queries" in out["n_source"]
 
 
