@@ -89,6 +89,32 @@ def replay(rec: dict, variant: str, rule: str) -> str:
     return max(tied, key=lambda n: gain[n])
 
 
+def candidates(path: str) -> None:
+    """Each joint candidate (training-key memories), mean over seeds: test gain over frozen on all and on
+    unseen-document queries, and the validation gain on the protected queries the guard reads."""
+    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    by: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
+    for r in recs:
+        v = r["variants"]["train_keys"]
+        f, fv = np.asarray(r["frozen_test"]), np.asarray(r["frozen_val"])
+        u, prot = np.asarray(r["unseen_rows"], dtype=np.int64), np.asarray(v["protected"], dtype=bool)
+        for n, c in v["candidates"].items():
+            t, x = np.asarray(c["test_values"]), np.asarray(c["val_values"])
+            by.setdefault((r["dataset"], r["encoder"], n), []).append(
+                ((t - f).mean(), (t - f)[u].mean(), (x - fv)[prot].mean()))
+    for (ds, enc, n), rows in sorted(by.items()):
+        a = np.asarray(rows)
+        print(f"candidate {ds} {enc} {n}: test all {a[:, 0].mean():+.4f}, unseen-doc {a[:, 1].mean():+.4f}; "
+              f"protected validation {a[:, 2].mean():+.4f} over {len(rows)} seeds")
+
+
+def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """ROC AUC of ``scores`` for ``positive`` (Mann-Whitney, ties counted half)."""
+    pos, neg = scores[positive], scores[~positive]
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (pos.size * neg.size))
+
+
 def summary(path: str) -> None:
     recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
     for variant in ("train_keys", "leave_one_out"):
@@ -123,6 +149,10 @@ def routing(path: str, data_dir: str, cache_dir: str) -> None:
             d = wf.load_adaptation_data(*key, data_dir=data_dir, cache_dir=cache_dir)
             K = np.asarray(d.triples.X, dtype=np.float32)
             sims[key] = ((d.V @ K.T).max(axis=1), (d.T @ K.T).max(axis=1))
+            seen = np.ones(d.T.shape[0], dtype=bool)
+            seen[np.asarray(r["unseen_rows"], dtype=np.int64)] = False
+            print(f"nearest-training-query similarity, seen- against unseen-document test queries, {key[0]} "
+                  f"{key[1]}: ROC AUC {_auc(sims[key][1], seen):.3f}")
         sv, st = sims[key]
         v = r["variants"]["train_keys"]
         fv, prot = np.asarray(r["frozen_val"]), np.asarray(v["protected"], dtype=bool)
@@ -154,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.summary:
         summary(a.summary)
+        candidates(a.summary)
         if a.routing:
             routing(a.summary, a.data_dir, a.cache_dir)
         return
