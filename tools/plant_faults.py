@@ -51,9 +51,9 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "r in train_docs or holders[r] > 1", "r in train_docs",
      ["tests/adapters/test_document_memory.py", "-k", "leave_one_out"]),
     ("fit selects its checkpoint on the test split", "adapters/workflow.py",
-     "validation_queries=V if sel_V is None else sel_V,\n                     "
+     "validation_queries=V if sel_V is None else sel_V,\n              "
      "validation_relevance=vtable if sel_table is None else sel_table)",
-     "validation_queries=d.T if sel_V is None else sel_V,\n                     "
+     "validation_queries=d.T if sel_V is None else sel_V,\n              "
      "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
     ("the blended query map ignores its weight", "adapters/workflow.py",
@@ -64,8 +64,17 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)', 'rec["feasible"] = True',
      ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),
     ("the jointly deployed memory never holds the validation queries", "adapters/workflow.py",
-     "            mem.extend(d.V, _relevant_rows(d, list(d.validation.query_ids)))\n", "            pass\n",
+     "            mem.extend(dsel.V, _relevant_rows(dsel, list(dsel.validation.query_ids)))\n", "            pass\n",
      ["tests/adapters/test_joint_deployment.py", "-k", "deployed_whole_among"]),
+    ("a pooled fit deploys a memory of pool positions", "adapters/workflow.py",
+     "            pooled_memory_to_corpus(mem, pool_rows)", "            pass",
+     ["tests/adapters/test_pooled_validation.py", "-k", "remembers_the_corpus_documents"]),
+    ("the validation pool leaves out the judged documents", "adapters/pooled_validation.py",
+     "d.relevant, judged)", "d.relevant)",
+     ["tests/adapters/test_pooled_validation.py", "-k", "union"]),
+    ("pool coverage counts the rows outside the pool", "adapters/pooled_validation.py",
+     "inside = np.isin(idx, pool) | (idx < 0)", "inside = ~np.isin(idx, pool) | (idx < 0)",
+     ["tests/adapters/test_pooled_validation.py", "-k", "wherever"]),
     ("fit trains on the validation split", "adapters/workflow.py",
      'tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb,',
      'tr = load_triples(ds, encoder, "validation" if train_ids is None else list(train_ids), cache=emb,',

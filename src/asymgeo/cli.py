@@ -399,6 +399,19 @@ def _select_triples(args):
     return tr
 
 
+def _validation_pool_arg(text: str) -> int | str:
+    """``--validation-pool``: ``auto``, ``none`` or a number of candidates (>= 10)."""
+    if text in ("auto", "none"):
+        return text
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected auto, none or an integer >= 10, got {text!r}") from None
+    if k < 10:
+        raise argparse.ArgumentTypeError(f"expected at least 10 candidates per query (NDCG@10 needs 10), got {k}")
+    return k
+
+
 def _run_select(args) -> int:
     import numpy as np
 
@@ -922,6 +935,11 @@ def _add_fit(sub):
     p.add_argument("--max-validation", type=int, default=None, metavar="N",
                    help="select on a seeded subsample of at most N validation queries (default all; each epoch "
                         "searches the corpus for every validation query, so large dev sets cost hours)")
+    p.add_argument("--validation-pool", type=_validation_pool_arg, default="auto", metavar="K|auto|none",
+                   help="select on a pool: each validation query's frozen top K, their judged documents and every "
+                        "training row, instead of the whole corpus (default auto: K = 100 from 200,000 documents on, "
+                        "else none, i.e. the whole corpus); the share of the adapter's top 10 inside the pool is "
+                        "printed. Test figures always search the whole corpus")
     p.add_argument("--seed", type=int, default=0, help="seed of the subset, epoch order, init and CARS (default 0)")
     p.add_argument("--epochs", type=int, default=30, help="epochs per learning rate (default 30)")
     p.add_argument("--learning-rates", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3],
@@ -993,7 +1011,8 @@ def _run_fit(args) -> int:
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
                       anchor=args.anchor, selector=args.selector, memory=args.memory, candidates=args.candidates, mining=args.mining,
-                      max_validation=args.max_validation, allow_test_overlap=args.allow_test_overlap,
+                      max_validation=args.max_validation, validation_pool=args.validation_pool,
+                      allow_test_overlap=args.allow_test_overlap,
                       data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
                       progress=not args.no_progress)
     out = save_adapter(rep.adapter, args.out, encoder=rep.encoder, dataset=rep.dataset, metrics=rep.metrics,
@@ -1085,6 +1104,16 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
     if vs:
         print(f"validation: a seeded subsample of {vs['n']:,} of the {vs['of']:,} validation queries (--max-validation; "
               f"seed {vs['seed']}); frozen NDCG@10 on it has standard error {vs['frozen_ndcg@10_se']:.4f}")
+    vp = m.get("validation_pool")
+    if vp is not None:
+        if vp.get("pooled"):
+            print(f"validation: selected on a pool of {vp['documents']:,} of the {vp['of']:,} documents (each validation "
+                  f"query's frozen top {vp['k']}, judged and training documents; --validation-pool); the chosen map's "
+                  f"top 10 lay {100 * vp['coverage@10']:.1f}% inside it, validation NDCG@10 "
+                  f"{vp['validation_ndcg@10_pooled']:.4f} on the pool, {vp['validation_ndcg@10_exact']:.4f} exact")
+        else:
+            print(f"validation: the pool (frozen top {vp['k']}) would hold {vp['documents']:,} of the {vp['of']:,} "
+                  "documents, too many to save time: selected on the whole corpus")
 
     print(f"{'':<24}{'validation':>11}{'test':>9}   (NDCG@10; all {m['n_validation']} validation and "
           f"{m['n_test']} test queries; {checkpoint_phrase(m)})")

@@ -8,6 +8,7 @@ results; the CLI only prints them.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -526,6 +527,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     candidates: str = "joint",
     mining: str = "exact",
     max_validation: int | None = None,
+    validation_pool: int | str | None = "auto",
     report: bool = True,
     allow_test_overlap: bool = False,
     data_dir: str | os.PathLike | None = None,
@@ -557,6 +559,15 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     (:func:`validation_subsample`; at MS MARCO's 6,980 dev queries each epoch's validation
     search is the slowest stage); ``metrics["validation_subsample"]`` records its size and the
     frozen validation NDCG@10's standard error on it.
+    ``validation_pool``: select (scale grid, checkpoints, learning rates, memory gate, joint
+    choice) on a pool of frozen candidates instead of the whole corpus
+    (:mod:`~asymgeo.adapters.pooled_validation`): an integer ``k`` (each validation query's
+    frozen top ``k``, their judged documents and every training row), ``"auto"`` (default:
+    ``k =`` :data:`~asymgeo.adapters.pooled_validation.POOL_DEFAULT_K` from
+    :data:`~asymgeo.adapters.pooled_validation.POOL_AUTO_MIN_DOCS` documents on, else exact)
+    or ``None`` / ``"none"`` (exact); ``metrics["validation_pool"]`` records the pool and the
+    share of the deployed adapter's top 10 inside it, beside its exact validation NDCG@10.
+    Test figures always search the whole corpus.
     ``memory``: ``"auto"`` (default) adds a gated document memory on top of the chosen map
     (:class:`~asymgeo.adapters.memory.DocumentMemory`: training positives raised for new
     queries close to the training queries that found them; gate and weight chosen on all
@@ -621,8 +632,21 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         dataset = ds
     if max_validation is not None:  # refused before any data is loaded
         validation_subsample(0, max_validation)
+    from .pooled_validation import pool_coverage, pooled_adaptation_data, pooled_memory_to_corpus, resolve_pool_k
+
+    resolve_pool_k(validation_pool, 0)  # refused before any data is loaded
+    seconds: dict[str, float] = {}  # wall time by stage: metrics["seconds"]
+    mark = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        """Charge the time since the last lap to ``stage``."""
+        now = time.perf_counter()
+        seconds[stage] = seconds.get(stage, 0.0) + now - mark[0]
+        mark[0] = now
+
     d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining,
                              max_validation=max_validation)
+    lap("load and mine")
     tr = d.triples
     relevant = d.relevant
     mining_record: dict[str, Any] = {"index": mining}
@@ -648,21 +672,33 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                          + ": the validation and test scores are not held out")
     else:
         warnings_.extend(overlap.warnings)
-    V, vtable = d.V, d.validation
+    # selection (scale grid, checkpoints, memory gate, joint choice) runs on ``dsel``: the whole
+    # corpus, or the pool of frozen candidates (its rows copied; the same triples, row for row)
+    dsel, pool_rows, pool_record = d, None, None
+    pool_k = resolve_pool_k(validation_pool, int(d.corpus.shape[0]))
+    if pool_k is not None:
+        dsel, pool_rows, pool_record = pooled_adaptation_data(d, pool_k)
+        tr, relevant = dsel.triples, dsel.relevant
+    V, vtable = dsel.V, dsel.validation
     fallback = False
     if selection == "document_disjoint":
-        V, vtable, note = document_disjoint_validation(d, tr.query_ids)
+        V, vtable, note = document_disjoint_validation(dsel, tr.query_ids)
         if note:
             warnings_.append(note)
             fallback = True
 
+    lap("split and pool")
+
     def train(family: str, sel_V: np.ndarray | None = None, sel_table: Any = None) -> Adapter:
+        lap("selection")  # what ran since the last stage: CARS, the family, memory and joint choices
         a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
                     epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
                     progress=progress)
-        return a.fit(tr.X, tr.pos_rows, d.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
-                     validation_queries=V if sel_V is None else sel_V,
-                     validation_relevance=vtable if sel_table is None else sel_table)
+        a.fit(tr.X, tr.pos_rows, dsel.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
+              validation_queries=V if sel_V is None else sel_V,
+              validation_relevance=vtable if sel_table is None else sel_table)
+        lap(f"train {family}")
+        return a
 
     auto = None
     fitted: dict[str, Adapter] = {}
@@ -672,16 +708,16 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         cars = cars_score(tr.X, tr.Y_pos, tr.Y_neg, rank, seed=seed)
         if "trained" in get_rule(selector).needs:  # train both on the same paired batches, then decide
             fitted = {fam: train(fam) for fam in ("shared", "dual")}
-            auto = choose_family(V, vtable, d.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
-                                 seed=seed, corpus_ids=d.corpus_ids or None)
+            auto = choose_family(V, vtable, dsel.corpus, fitted["shared"].operator_, fitted["dual"].operator_, cars,
+                                 seed=seed, corpus_ids=dsel.corpus_ids or None)
             ad = fitted[auto["choice"]]
         else:
-            auto = decide_family(selector, tr, V, vtable, d.corpus, rank, cars, seed=seed)
+            auto = decide_family(selector, tr, V, vtable, dsel.corpus, rank, cars, seed=seed)
             ad = train(auto["choice"])
         ad.selection_ = cars
     else:
         ad = train(geometry)
-    cids = d.corpus_ids or None
+    scids = dsel.corpus_ids or None  # the selection corpus's ids (the pool's, when pooled)
     joint = None
     mem = None
     joint_maps: dict[str, Adapter] = {}
@@ -690,34 +726,40 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         # checkpoint chosen on the selection queries and (the paper's protocol) on all validation queries
         joint_maps = {f"{ad.geometry_} ({selection})": ad, f"query ({selection})": train("query")}
         if selection != "all":
-            q_all = joint_maps["query (all)"] = train("query", d.V, d.validation)
+            q_all = joint_maps["query (all)"] = train("query", dsel.V, dsel.validation)
             q_sel = joint_maps[f"query ({selection})"]
             for lam in JOINT_BLENDS:  # the path from the map that transfers to the one that memorises
                 joint_maps[f"query (blend {lam:g})"] = _blend_query_maps(q_sel, q_all, lam)
-        mems = {name: fit_memory(d, tr.query_ids, tr.X, relevant, a.operator_, corpus_ids=cids, extend=False)
+        mems = {name: fit_memory(dsel, tr.query_ids, tr.X, relevant, a.operator_, corpus_ids=scids, extend=False)
                 for name, a in joint_maps.items()}
         joint = choose_deployment({n: (joint_maps[n], mems[n]) for n in joint_maps},
-                                  _per_query_ndcg(d.V, d.validation, d.corpus, None, cids),
+                                  _per_query_ndcg(dsel.V, dsel.validation, dsel.corpus, None, scids),
                                   next(iter(mems.values())).protected_, seed=seed)
         if joint["note"]:
             warnings_.append(joint["note"])
         ad, mem = joint_maps[joint["choice"]], mems[joint["choice"]]
         ad.selection_ = cars
         if mem.weight_ > 0:
-            mem.extend(d.V, _relevant_rows(d, list(d.validation.query_ids)))
+            mem.extend(dsel.V, _relevant_rows(dsel, list(dsel.validation.query_ids)))
+    lap("selection")
     base_geometry = "dual" if ad.geometry_ == "query" else ad.geometry_  # query-only: the dual closed form
-    base = closed_form_adapter(tr.X, tr.pos_rows, d.corpus, geometry=base_geometry, rank=rank,
+    base = closed_form_adapter(tr.X, tr.pos_rows, dsel.corpus, geometry=base_geometry, rank=rank,
                                hard_negative_rows=tr.hard_negative_rows, validation_queries=V,
                                validation_relevance=vtable, device=device)
+    lap("closed form")
+    cids = d.corpus_ids or None
+    # validation figures on the selection corpus (exact, or the pool: see metrics["validation_pool"]); test on all
     metrics: dict[str, Any] = {
-        "frozen": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, corpus_ids=cids),
-                   "selection_ndcg@10": ndcg_at_10(V, vtable, d.corpus, corpus_ids=cids),
+        "frozen": {"validation_ndcg@10": ndcg_at_10(dsel.V, dsel.validation, dsel.corpus, corpus_ids=scids),
+                   "selection_ndcg@10": ndcg_at_10(V, vtable, dsel.corpus, corpus_ids=scids),
                    "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, corpus_ids=cids)},
-        "closed_form": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, base.operator_, corpus_ids=cids),
+        "closed_form": {"validation_ndcg@10": ndcg_at_10(dsel.V, dsel.validation, dsel.corpus, base.operator_,
+                                                         corpus_ids=scids),
                         "selection_ndcg@10": _num(base.validation_ndcg_),
                         "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, base.operator_, corpus_ids=cids),
                         "c": _num(base.init_scale_)},
-        "trained": {"validation_ndcg@10": ndcg_at_10(d.V, d.validation, d.corpus, ad.operator_, corpus_ids=cids),
+        "trained": {"validation_ndcg@10": ndcg_at_10(dsel.V, dsel.validation, dsel.corpus, ad.operator_,
+                                                     corpus_ids=scids),
                     "test_ndcg@10": ndcg_at_10(d.T, d.test, d.corpus, ad.operator_, corpus_ids=cids),
                     "learning_rate": ad.learning_rate_, "best_epoch": ad.best_epoch_},
         "n_train": len(tr), "n_validation": len(d.validation), "n_test": len(d.test),
@@ -728,16 +770,25 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         "mining": mining_record,
     }
     if "validation_subsample" in d.split:
-        fz = _per_query_ndcg(d.V, d.validation, d.corpus, None, cids)
+        fz = _per_query_ndcg(dsel.V, dsel.validation, dsel.corpus, None, scids)
         metrics["validation_subsample"] = {**d.split["validation_subsample"],
                                            "frozen_ndcg@10_se": float(fz.std(ddof=1) / np.sqrt(fz.size))
                                            if fz.size > 1 else float("nan")}
     if memory == "auto":
         if mem is None:
-            mem = fit_memory(d, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=cids)
+            mem = fit_memory(dsel, tr.query_ids, tr.X, relevant, ad.operator_, corpus_ids=scids)
+        if pool_rows is not None:  # remembered documents as corpus rows, before anything searches the corpus
+            pooled_memory_to_corpus(mem, pool_rows)  # (the memory raises training positives: all in the pool)
         ad.memory_ = mem if mem.active else None
         metrics["memory"] = {**mem.describe(), "kept": ad.memory_ is not None}
         warnings_.extend(mem.notes_)
+    lap("figures and memory")
+    if pool_record is not None:
+        if pool_rows is not None:  # the deployed map's top 10 over the whole corpus: how much lay in the pool
+            pool_record.update(pool_coverage(d, ad.operator_, pool_rows),
+                               **{"validation_ndcg@10_pooled": metrics["trained"]["validation_ndcg@10"]})
+        metrics["validation_pool"] = pool_record
+        lap("pool coverage")
     seen_ids = list(tr.query_ids) + (list(d.validation.query_ids) if ad.memory_ is not None else [])
     deployed = (metrics["trained"]["test_ndcg@10"] if ad.memory_ is None  # the map alone: scored above already
                 else float(np.mean(_adapter_ndcg(d.T, d.test, d.corpus, ad, cids))))
@@ -745,12 +796,13 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                            "memory": ad.memory_ is not None,
                            "seen_documents_from": "train + validation queries" if ad.memory_ is not None
                            else "train queries"}
-    v = validation_gain(d, ad.operator_, seed=seed)
+    v = validation_gain(dsel, ad.operator_, seed=seed)
     metrics["validation_vs_frozen"] = v
     if not v["ci_low"] > 0:
         who = "the adapter" if ad.memory_ is None else "the adapter's map (before its memory)"
         warnings_.append(f"{who} is not better than frozen on validation beyond noise: "
                          f"{v['diff']:+.4f} [{v['ci_low']:+.4f}, {v['ci_high']:+.4f}] NDCG@10 over {v['n']} queries")
+    lap("figures and memory")
     if report:
         from .generalisation import generalisation_report
 
@@ -760,6 +812,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         gen = generalisation_report(d, tr.query_ids, models, seed=seed, seen_query_ids=seen_ids)
         metrics["generalisation"] = gen.as_dict()
         ad.generalisation_ = gen
+        lap("generalisation report")
     if ad.selection_ is not None:
         metrics["cars"] = {"choice": ad.selection_.choice, "score": ad.selection_.score,
                            "standard_error": ad.selection_.standard_error}
@@ -767,6 +820,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         metrics["auto"] = auto
     if joint is not None:
         metrics["joint"] = joint
+    metrics["seconds"] = {k: round(v, 3) for k, v in seconds.items()}
     import torch
 
     from .._runtime import package_versions
