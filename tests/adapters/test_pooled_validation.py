@@ -55,8 +55,14 @@ def scifact_pooled(shared_dir):
     kw = {"data_dir": shared_dir / "data", "cache_dir": shared_dir / "embeddings"}
     ids = training_pool(load_beir("scifact", data_dir=kw["data_dir"]))[:60]
     d = load_adaptation_data("scifact", ENC, train_ids=ids, **kw)
-    dv, pool, record = pooled_adaptation_data(d, 20, max_share=1.0)
+    dv, pool, record = pooled_adaptation_data(d, 20, _judged(d), max_share=1.0)
     return d, dv, pool, record
+
+
+def _judged(d) -> list[set[int]]:
+    """Corpus rows judged relevant (grade > 0) to each validation query, from the qrels by hand."""
+    row = {c: i for i, c in enumerate(d.corpus_ids)}
+    return [{row[x] for x, g in d.qrels[q].items() if g > 0 and x in row} for q in d.validation.query_ids]
 
 
 def test_the_pool_is_the_union_of_frozen_candidates_judged_and_training_rows(scifact_pooled):
@@ -117,7 +123,7 @@ def test_pooled_ndcg_equals_the_whole_corpus_wherever_the_top_10_lies_in_the_poo
 
 def test_a_pool_too_large_selects_on_the_whole_corpus(scifact_pooled):
     d = scifact_pooled[0]
-    same, pool, record = pooled_adaptation_data(d, 20, max_share=0.01)
+    same, pool, record = pooled_adaptation_data(d, 20, _judged(d), max_share=0.01)
     assert same is d and pool is None and record["pooled"] is False and record["documents"] > 0.01 * record["of"]
 
 

@@ -25,6 +25,7 @@ and the generalisation report always search the whole corpus.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -81,9 +82,12 @@ def _remap(rows: np.ndarray, pool: np.ndarray) -> np.ndarray:
     return pos
 
 
-def pooled_adaptation_data(d: Any, k: int, *, max_share: float | None = None,
+def pooled_adaptation_data(d: Any, k: int, judged: Sequence[Collection[int]], *, max_share: float | None = None,
                            ) -> tuple[Any, np.ndarray | None, dict[str, Any]]:
     """The adaptation data on the candidate pool (module docstring).
+
+    ``judged``: the corpus rows judged relevant to each validation query (they join the pool,
+    so that every validation table entry is a pool position).
 
     Returns ``(dv, pool, record)``: ``dv`` an :class:`~asymgeo.adapters.workflow.AdaptationData`
     whose corpus is the pool's rows (copied, in the cache's dtype), whose triples, training
@@ -98,13 +102,11 @@ def pooled_adaptation_data(d: Any, k: int, *, max_share: float | None = None,
     from .._ids import IdIndex
     from ..retrieval.metrics import RelevanceTable
     from ..retrieval.search import exact_search
-    from .workflow import AdaptationData, _relevant_rows
 
     n_docs, p = (int(s) for s in d.corpus.shape)
     kk = min(int(k), n_docs)
     top = exact_search(d.V, d.corpus, kk, progress=None).indices
     tr = d.triples
-    judged = _relevant_rows(d, list(d.validation.query_ids))
     pool = candidate_pool(top, tr.pos_rows, tr.neg_rows, tr.hard_negative_rows, d.relevant, judged)
     record: dict[str, Any] = {"k": kk, "documents": int(pool.size), "of": n_docs,
                               "validation_queries": int(d.V.shape[0]), "pooled": True}
@@ -118,9 +120,8 @@ def pooled_adaptation_data(d: Any, k: int, *, max_share: float | None = None,
     relevant = [set(_remap(np.fromiter(sorted(r), dtype=np.int64), pool).tolist()) for r in d.relevant]
     vids = list(d.validation.query_ids)
     vtable = RelevanceTable({q: d.qrels[q] for q in vids}, vids, pool_ids, unknown_docs="ignore")
-    dv = AdaptationData(d.dataset, d.encoder, triples, sub, d.V, vtable, np.zeros((0, p), dtype=np.float32), None,
-                        relevant, split=d.split, qrels=d.qrels, corpus_ids=pool_ids, overlap=d.overlap,
-                        queries=d.queries, qrels_dir=d.qrels_dir)
+    dv = dataclasses.replace(d, triples=triples, corpus=sub, validation=vtable, T=np.zeros((0, p), dtype=np.float32),
+                             test=None, relevant=relevant, corpus_ids=pool_ids)
     return dv, pool, record
 
 

@@ -677,7 +677,8 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     dsel, pool_rows, pool_record = d, None, None
     pool_k = resolve_pool_k(validation_pool, int(d.corpus.shape[0]))
     if pool_k is not None:
-        dsel, pool_rows, pool_record = pooled_adaptation_data(d, pool_k)
+        dsel, pool_rows, pool_record = pooled_adaptation_data(d, pool_k,
+                                                              _relevant_rows(d, list(d.validation.query_ids)))
         tr, relevant = dsel.triples, dsel.relevant
     V, vtable = dsel.V, dsel.validation
     fallback = False
