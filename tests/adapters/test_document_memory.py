@@ -234,3 +234,142 @@ def test_leave_one_out_needs_one_row_set_per_validation_query():
     C, X, rel, V, table, vrel = _world()
     with pytest.raises(ValueError, match="validation_rows: 19 row sets for 20 validation queries"):
         DocumentMemory().fit(X, rel, C, validation_queries=V, validation_relevance=table, validation_rows=vrel[:19])
+
+
+# ---------------------------------------------------------------- #41: data that reach both sides of each branch
+def _table_of(vrel, n_docs):
+    ids = [f"v{i}" for i in range(len(vrel))]
+    return RelevanceTable({q: {f"d{d}": 1 for d in r} for q, r in zip(ids, vrel, strict=True)}, ids,
+                          [f"d{j}" for j in range(n_docs)])
+
+
+def _brute_gates(nearest, quantiles):
+    """The gate grid written out: each quantile of the nearest-key similarity, capped below 1."""
+    return sorted({min(float(np.quantile(nearest, q)), 0.999) for q in quantiles})
+
+
+def _brute_scale(C, V):
+    """Median gap between each query's first and tenth frozen score (its last with fewer documents)."""
+    S = np.sort(V.astype(np.float64) @ C.T.astype(np.float64), axis=1)[:, ::-1]
+    return float(np.median(S[:, 0] - S[:, min(10, S.shape[1]) - 1]))
+
+
+def test_leave_one_out_protection_needs_every_relevant_document_unremembered():
+    # the fixture's validation queries each have one relevant document, where "any remembered" and
+    # "all remembered" agree; here query 10 has a remembered document (a training positive no other
+    # validation query wants) beside an unremembered one, query 11 two unremembered ones
+    C, X, rel, V, _, vrel = _world()
+    vrel = list(vrel)
+    train_docs = set().union(*rel)
+    used = set().union(*vrel)
+    spare_positive = next(d for d in sorted(train_docs) if d not in used)
+    spare_other = next(d for d in range(C.shape[0]) if d not in train_docs and d not in used)
+    vrel[10] = vrel[10] | {spare_positive}
+    vrel[11] = vrel[11] | {spare_other}
+    mem = DocumentMemory(min_protected=1, gate_quantiles=(0.5,), weight_multiples=(1.0,)).fit(
+        X, rel, C, validation_queries=V, validation_relevance=_table_of(vrel, C.shape[0]), validation_rows=vrel)
+    want = [False] * 10 + [False] + [True] * 9  # by hand: 0-9 want training positives, 10 has one
+    assert mem.protected_.tolist() == want and mem.n_protected_ == 9
+
+
+def test_a_boolean_protected_mask_is_read_as_a_mask():
+    C, X, rel, V, table, _ = _world()
+    mask = np.arange(20) >= 10
+    mem = DocumentMemory(min_protected=1, gate_quantiles=(0.5,), weight_multiples=(1.0,)).fit(
+        X, rel, C, validation_queries=V, validation_relevance=table, protected=mask)
+    assert mem.protected_.tolist() == mask.tolist() and mem.n_protected_ == 10  # not rows 0 and 1
+    with pytest.raises(ValueError, match=r"protected: a mask of shape \(20,\) expected, got \(19,\)"):
+        DocumentMemory().fit(X, rel, C, validation_queries=V, validation_relevance=table, protected=mask[:19])
+
+
+def test_the_guard_applies_with_exactly_min_protected_queries():
+    # 10 protected queries and min_protected=10: the guard is on (the boundary the other tests miss)
+    C, X, rel, V, table, vrel = _world()
+    protected = np.arange(10, 20)
+    mem = DocumentMemory(min_protected=10).fit(X, rel, C, validation_queries=V, validation_relevance=table,
+                                               protected=protected)
+    assert mem.notes_ == []
+    per = _brute_ndcg(C, V, vrel, X, rel, mem.threshold_, mem.weight_)
+    base = _brute_ndcg(C, V, vrel, X, rel, 0.5, 0.0)
+    assert (per - base)[protected].mean() >= 0  # the unguarded choice loses here (test above)
+
+
+def test_ties_keep_the_strictest_gate_then_the_smallest_weight_in_any_grid_order():
+    # the grid recomputed by brute force: several gates and several weights reach the best NDCG@10;
+    # the weights are given largest first, so "the first that ties" is not "the smallest"
+    C, X, rel, V, table, vrel = _world(seed=2)
+    multiples = (12.0, 10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 4.0)
+    mem = DocumentMemory(min_protected=1, weight_multiples=multiples).fit(
+        X, rel, C, validation_queries=V, validation_relevance=table)
+    nearest = (V.astype(np.float64) @ X.T.astype(np.float64)).max(axis=1)
+    taus = _brute_gates(nearest, mem.gate_quantiles)
+    np.testing.assert_allclose(sorted({h["threshold"] for h in mem.history_}), taus, atol=1e-6)
+    scale = _brute_scale(C, V)
+    grid = [(tau, w * scale, _brute_ndcg(C, V, vrel, X, rel, tau, w * scale).mean()) for tau in taus for w in multiples]
+    best = max(g[2] for g in grid)
+    assert best > _brute_ndcg(C, V, vrel, X, rel, 0.5, 0.0).mean()
+    tied = [(tau, alpha) for tau, alpha, v in grid if v >= best - 1e-12]
+    tau_want = max(t for t, _ in tied)
+    alpha_want = min(a for t, a in tied if t == tau_want)
+    # the data reach the tie-breaks: a looser gate and a larger weight tie too
+    assert len({t for t, _ in tied}) >= 2 and len([a for t, a in tied if t == tau_want]) >= 2
+    assert mem.threshold_ == pytest.approx(tau_want, abs=1e-6)
+    assert mem.weight_ == pytest.approx(alpha_want, rel=1e-5)
+
+
+def test_gates_are_quantiles_of_the_nearest_other_key_under_leave_one_out():
+    # each validation query's nearest key among the training keys and the *other* validation
+    # queries (itself left out: its own similarity 1 would put every gate at the cap)
+    C, X, rel, V, table, vrel = _world()
+    mem = DocumentMemory(min_protected=1).fit(X, rel, C, validation_queries=V, validation_relevance=table,
+                                              validation_rows=vrel)
+    V64, X64 = V.astype(np.float64), X.astype(np.float64)
+    nearest = [max((X64 @ V64[i]).max(), max(V64[j] @ V64[i] for j in range(20) if j != i)) for i in range(20)]
+    np.testing.assert_allclose(sorted({h["threshold"] for h in mem.history_}),
+                               _brute_gates(np.array(nearest), mem.gate_quantiles), atol=1e-6)
+
+
+def test_a_validation_query_equal_to_a_key_caps_the_gate_below_one():
+    # two validation queries repeat training queries exactly: the top quantile of the nearest-key
+    # similarity is 1, a gate the formula cannot take; the grid stops at 0.999
+    C, X, rel, V, table, vrel = _world()
+    p = X.shape[1]
+    X, V = X.copy(), V.copy()
+    X[0], X[1] = np.eye(p, dtype=np.float32)[0], np.eye(p, dtype=np.float32)[1]
+    V[0], V[1] = X[0], X[1]
+    mem = DocumentMemory(min_protected=1, gate_quantiles=(0.5, 0.95), weight_multiples=(1.0,)).fit(
+        X, rel, C, validation_queries=V, validation_relevance=table)
+    nearest = (V.astype(np.float64) @ X.T.astype(np.float64)).max(axis=1)
+    assert np.quantile(nearest, 0.95) == 1.0
+    assert max(h["threshold"] for h in mem.history_) == 0.999
+
+
+def test_a_corpus_smaller_than_ten_spreads_to_its_last_score():
+    rng = np.random.default_rng(4)
+    C, X, V = _unit(rng.normal(size=(6, 8))), _unit(rng.normal(size=(5, 8))), _unit(rng.normal(size=(4, 8)))
+    vrel = [{0}, {1}, {2}, {3}]
+    mem = DocumentMemory(min_protected=1).fit(X, [{0}, {1}, {2}, {3}, {4}], C, validation_queries=V,
+                                              validation_relevance=_table_of(vrel, 6))
+    assert mem.scale_ == pytest.approx(_brute_scale(C, V), rel=1e-5)
+
+
+def test_a_memory_with_no_keys_keeps_the_map():
+    C, X, rel, V, table, vrel = _world()
+    mem = DocumentMemory(min_protected=1).fit(np.zeros((0, X.shape[1]), dtype=np.float32), [], C,
+                                              validation_queries=V, validation_relevance=table)
+    assert mem.weight_ == 0.0 and not mem.active
+    assert mem.validation_ndcg_ == pytest.approx(_brute_ndcg(C, V, vrel, X, rel, 0.5, 0.0).mean(), abs=1e-9)
+
+
+def test_grids_accept_their_bounds_and_refuse_what_lies_outside():
+    C, X, rel, V, table, _ = _world()
+    kw = dict(validation_queries=V, validation_relevance=table)
+    DocumentMemory(min_protected=1, gate_quantiles=(0.0, 1.0), weight_multiples=(1.0,)).fit(X, rel, C, **kw)
+    for q in ((), (-0.01,), (1.01,)):
+        with pytest.raises(ValueError, match="gate_quantiles: expected values in"):
+            DocumentMemory(gate_quantiles=q).fit(X, rel, C, **kw)
+    for w in ((), (0.0,), (-1.0,), (np.inf,)):
+        with pytest.raises(ValueError, match="weight_multiples: expected positive numbers"):
+            DocumentMemory(weight_multiples=w).fit(X, rel, C, **kw)
+    with pytest.raises(ValueError, match=r"validation_queries: expected shape \(m, 16\)"):
+        DocumentMemory().fit(X, rel, C, validation_queries=V[:, :5], validation_relevance=table)

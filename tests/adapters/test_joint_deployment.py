@@ -188,3 +188,60 @@ def test_blended_query_map_is_the_straight_path_between_two_distinct_maps(lam):
     np.testing.assert_allclose(out.operator_, np.eye(p) + want.T, atol=1e-12)
     x, y = rng.normal(size=(1, p)), rng.normal(size=(1, p))
     np.testing.assert_allclose(out.similarity(x, y), (x + x @ want.T) @ y.T, atol=1e-10)
+
+
+# ---------------------------------------------------------------- #41: data that reach both sides of each branch
+def _guard_case(n_protected, m=60):
+    """"bad": best on all queries, -0.2 on every protected one; "ok": +0.05 everywhere."""
+    frozen = np.full(m, 0.5)
+    protected = np.arange(m) < n_protected
+    bad = frozen + np.where(protected, -0.2, 0.4)
+    return {"bad": _cand("dual", bad), "ok": _cand("query", frozen + 0.05)}, frozen, protected
+
+
+def test_the_guard_applies_with_exactly_min_protected_queries():
+    from asymgeo.adapters.workflow import MIN_DISJOINT_VALIDATION
+
+    # by hand: with the guard "bad" is infeasible (-0.2 < 0) and "ok" wins; without it "bad" (0.5 + ...)
+    out = choose_deployment(*_guard_case(MIN_DISJOINT_VALIDATION))
+    assert out["choice"] == "ok" and out["note"] == "" and out["n_protected"] == MIN_DISJOINT_VALIDATION
+    out = choose_deployment(*_guard_case(MIN_DISJOINT_VALIDATION - 1))
+    assert out["choice"] == "bad" and "without the unseen-document guard" in out["note"]
+
+
+def test_min_protected_given_moves_the_guards_threshold():
+    assert choose_deployment(*_guard_case(3), min_protected=3)["choice"] == "ok"
+    out = choose_deployment(*_guard_case(3), min_protected=4)
+    assert out["choice"] == "bad" and "(< 4)" in out["note"]
+
+
+def test_a_protected_mask_of_another_length_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"candidates\['x'\].*protected \(9,\).*one value per validation query"):
+        choose_deployment({"x": _cand("dual", np.ones(10))}, np.ones(10), np.ones(9, dtype=bool))
+
+
+def test_a_blend_keeps_the_first_maps_provenance():
+    # the fitted blends start from the document-disjoint map: its seed, learning rate, epoch and history,
+    # told apart here because the two maps' differ
+    from asymgeo.adapters import Adapter
+    from asymgeo.adapters.workflow import _blend_query_maps
+
+    p = 4
+    a = Adapter.from_maps(np.eye(p), np.eye(p), geometry="query", seed=1)
+    b = Adapter.from_maps(-np.eye(p), np.eye(p), geometry="query", seed=2)
+    a.learning_rate_, a.best_epoch_, a.history_ = 1e-3, 2, [{"epoch": 1}, {"epoch": 2}]
+    b.learning_rate_, b.best_epoch_, b.history_ = 1e-2, 5, [{"epoch": 5}]
+    out = _blend_query_maps(a, b, 0.25)
+    assert (out.seed, out.learning_rate_, out.best_epoch_) == (1, 1e-3, 2)
+    assert out.history_ == [{"epoch": 1}, {"epoch": 2}] and out.history_ is not a.history_
+    np.testing.assert_allclose(out.query_map_, 0.5 * np.eye(p), atol=1e-12)  # 0.75 I + 0.25 (-I)
+
+
+def test_one_protected_query_never_turns_the_guard_on_whatever_min_protected_says():
+    # a paired interval needs two queries: with min_protected 0 or 1 and a single protected query the
+    # guard stays off (and says so) instead of failing inside the interval; with two it applies
+    for floor in (0, 1):
+        out = choose_deployment(*_guard_case(1), min_protected=floor)
+        assert out["choice"] == "bad" and "only 1 validation queries" in out["note"] and "(< 2)" in out["note"]
+        assert "without the unseen-document guard" in out["note"]
+    assert choose_deployment(*_guard_case(2), min_protected=1)["choice"] == "ok"

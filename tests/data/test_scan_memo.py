@@ -106,3 +106,78 @@ def test_an_unwritable_memo_folder_costs_nothing(tmp_path, monkeypatch):
     d = _folder(tmp_path, [("d1", "alpha")])
     _age(d / "corpus.jsonl")
     assert load_beir(d).corpus_ids == ["d1"]
+
+
+# ---------------------------------------------------------------- #41: data that reach both sides of each branch
+@pytest.mark.parametrize("docs", [[("d1", "alpha"), ("d1", "alpha"), ("d2", "beta")],  # a repeated id only
+                                  [("d1", "alpha"), ("d2", "")]])  # an empty document only
+def test_a_corpus_with_a_single_kind_of_fault_is_not_remembered(tmp_path, memo_dir, docs):
+    # the fixture above has both faults at once, where "either" and "both" agree
+    d = _folder(tmp_path, docs)
+    _age(d / "corpus.jsonl")
+    load_beir(d).corpus_ids
+    assert not memo_dir.exists() or not list(memo_dir.iterdir())
+
+
+def test_blank_lines_are_reported_the_same_from_the_memo(tmp_path, memo_dir):
+    d = _folder(tmp_path, [("d1", "alpha"), ("d2", "beta")])
+    text = (d / "corpus.jsonl").read_text().splitlines(keepends=True)
+    (d / "corpus.jsonl").write_text(text[0] + "\n" + text[1] + "  \n")  # two blank lines, counted by hand
+    _age(d / "corpus.jsonl")
+    first = load_beir(d)
+    assert first.corpus_ids == ["d1", "d2"] and first.report.blank_lines["corpus.jsonl"] == 2
+    memo = scan_memo.SCAN_PATHS["memo"]
+    again = load_beir(d)
+    assert again.corpus_ids == ["d1", "d2"] and scan_memo.SCAN_PATHS["memo"] == memo + 1
+    assert again.report.blank_lines["corpus.jsonl"] == 2
+
+
+def test_a_memo_of_another_file_or_format_is_not_used(tmp_path, memo_dir):
+    import numpy as np
+
+    a = _folder(tmp_path, [("a1", "alpha"), ("a2", "beta")], name="a")
+    b = _folder(tmp_path, [("b1", "gamma")], name="b")
+    for d in (a, b):
+        _age(d / "corpus.jsonl")
+    assert load_beir(a).corpus_ids == ["a1", "a2"]
+    (memo_a,) = list(memo_dir.iterdir())
+    # a's memo under the name b's version would use (a digest collision): its recorded key is a's
+    memo_b = memo_dir / f"corpus-{scan_memo.scan_key(b / 'corpus.jsonl').digest()}.npz"
+    memo_b.write_bytes(memo_a.read_bytes())
+    assert scan_memo.load_scan(b / "corpus.jsonl") is None
+    assert load_beir(b).corpus_ids == ["b1"]
+    # a's own memo rewritten with another format number, then with text (not byte) ids
+    with np.load(memo_a) as z:
+        fields = {k: z[k] for k in z.files}
+    assert scan_memo.load_scan(a / "corpus.jsonl")[0].tolist() == [b"a1", b"a2"]
+    for change in ({"format": np.array(scan_memo.SCAN_FORMAT + 1)}, {"ids": np.array(["a1", "a2"])}):
+        with open(memo_a, "wb") as fh:
+            np.savez(fh, **{**fields, **change})
+        assert scan_memo.load_scan(a / "corpus.jsonl") is None
+
+
+def test_a_file_changed_during_its_scan_is_not_remembered(tmp_path, memo_dir):
+    import numpy as np
+
+    d = _folder(tmp_path, [("d1", "alpha")])
+    f = d / "corpus.jsonl"
+    _age(f)
+    before = scan_memo.scan_key(f)
+    f.write_text(f.read_text() + json.dumps({"_id": "d2", "text": "beta"}) + "\n")  # appended mid-scan
+    _age(f, 1800)
+    kept = scan_memo.save_scan(f, before, before.mtime_ns / 1e9 + 3600, np.array([b"d1"]), "x", 0)
+    assert not kept and (not memo_dir.exists() or not list(memo_dir.iterdir()))
+
+
+def test_a_file_exactly_settle_seconds_old_is_remembered_and_one_nanosecond_younger_is_not(tmp_path, memo_dir):
+    import numpy as np
+
+    # modification times of 3 s after the epoch, so that the nanoseconds survive the float seconds
+    d = _folder(tmp_path, [("d1", "alpha")])
+    f = d / "corpus.jsonl"
+    started = 3.0 + scan_memo.SETTLE_SECONDS
+    for mtime_ns, want in ((3_000_000_000, True), (3_000_000_001, False)):
+        os.utime(f, ns=(mtime_ns, mtime_ns))
+        before = scan_memo.scan_key(f)
+        assert scan_memo.save_scan(f, before, started, np.array([b"d1"]), "x", 0) is want
+        assert (scan_memo.load_scan(f) is not None) is want

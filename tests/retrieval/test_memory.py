@@ -202,3 +202,52 @@ def test_similarity_exclude_keys_refuses_bad_rows():
         memory_similarity(Q, mem, exclude_keys=np.array([0]))
     with pytest.raises(ValueError, match=r"exclude_keys: key rows must lie in -1..2"):
         memory_similarity(Q, mem, exclude_keys=np.array([0, 3]))
+
+
+# ---------------------------------------------------------------- #41: data that reach both sides of each branch
+def test_memory_table_refuses_rows_just_outside_the_corpus():
+    # the boundary rows: n_docs - 1 is the last row, n_docs and -1 are outside (9 of 5 misses the boundary)
+    K = np.ones((2, 3), dtype=np.float32)
+    assert memory_table(K, [{0}, {4}], n_docs=5).documents.tolist() == [0, 4]
+    with pytest.raises(ValueError, match=r"relevant_rows\[1\]: corpus row 5 is outside 0..4"):
+        memory_table(K, [{0}, {5}], n_docs=5)
+    with pytest.raises(ValueError, match=r"relevant_rows\[0\]: corpus row -1 is outside"):
+        memory_table(K, [{-1}, {2}], n_docs=5)
+    with pytest.raises(ValueError, match=r"relevant_rows\[0\]: corpus row -1 is outside"):
+        memory_table(K, [{-1}, {2}])  # no corpus size given: a negative row is still refused
+
+
+def test_similarity_exclude_keys_refuses_rows_below_minus_one_and_non_integers():
+    from asymgeo.retrieval.memory import memory_similarity
+
+    rng = np.random.default_rng(0)
+    mem = memory_table(_unit(rng, 3, 4), [{0}, {1}, {2}], n_docs=5)
+    Q = _unit(rng, 2, 4)
+    with pytest.raises(ValueError, match=r"exclude_keys: key rows must lie in -1..2"):
+        memory_similarity(Q, mem, exclude_keys=np.array([-2, 0]))  # would wrap to key 1
+    with pytest.raises(ValueError, match="exclude_keys: expected 2 integer key rows"):
+        memory_similarity(Q, mem, exclude_keys=np.array([0.0, 1.0]))
+
+
+def test_similarity_over_more_queries_than_one_block_keeps_each_querys_exclusion():
+    # QUERY_BLOCK + 7 queries: the second block must use its own rows of exclude_keys, checked
+    # against a maximum over the keys that found each document written out per query
+    from asymgeo.retrieval.memory import QUERY_BLOCK, memory_similarity
+
+    rng = np.random.default_rng(8)
+    p, n_keys, m = 4, 5, QUERY_BLOCK + 7
+    K, Q = _unit(rng, n_keys, p), _unit(rng, m, p)
+    rel = [{0, 1}, {1}, {2}, {0, 2}, {1, 2}]
+    mem = memory_table(K, rel, n_docs=3)
+    excl = rng.integers(0, n_keys, size=m)
+    excl[QUERY_BLOCK::2] = -1  # the second block's pattern of "none" differs from the first's
+    sim = memory_similarity(Q, mem, exclude_keys=excl)
+    S = Q.astype(np.float64) @ K.T.astype(np.float64)
+    S[np.flatnonzero(excl >= 0), excl[excl >= 0]] = -np.inf
+    for d in range(3):
+        finders = [k for k, r in enumerate(rel) if d in r]
+        np.testing.assert_allclose(sim[:, d], S[:, finders].max(axis=1), atol=1e-6)
+    # and without exclusions, block by block
+    np.testing.assert_allclose(memory_similarity(Q[::-1], mem)[:, 1],
+                               (Q[::-1].astype(np.float64) @ K[[0, 1, 4]].T.astype(np.float64)).max(axis=1),
+                               atol=1e-6)

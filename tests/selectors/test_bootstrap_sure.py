@@ -144,3 +144,21 @@ def test_invariant_to_a_change_of_basis_and_to_scale(n, p, r, seed, a, b):
     inner = noise_doubled_risk(Xq, Dq, rq, pairs=3, seed=seed, solver="dense")
     outer = noise_doubled_risk(Xq @ P.T, Dq @ P.T, rq, pairs=3, seed=seed, solver="dense")
     assert outer.score == pytest.approx(inner.score, rel=1e-6, abs=1e-9)
+
+
+# ---------------------------------------------------------------- #41: data that reach both sides of each branch
+def test_an_inflation_other_than_two_is_the_brute_force_at_that_inflation():
+    # every other test runs at t = 2, where a kernel that ignores ``inflation`` agrees
+    X, D = _triples(15, 4, 2)
+    res = noise_doubled_risk(X, D, 2, pairs=3, seed=4, inflation=0.5)
+    score, se = _brute_force(X, D, 2, 3, 4, t=0.5)
+    assert res.score == pytest.approx(score, rel=1e-9, abs=1e-12) and res.inflation == 0.5
+    assert res.standard_error == pytest.approx(se, rel=1e-9)  # the first-order error does not depend on t
+    assert abs(score - _brute_force(X, D, 2, 3, 4, t=2.0)[0]) > 1e-3  # the data tell t = 0.5 from t = 2
+
+
+def test_a_single_pair_has_no_monte_carlo_error():
+    X, D = _triples(12, 3, 6)
+    res = noise_doubled_risk(X, D, 1, pairs=1, seed=9)
+    assert res.score == pytest.approx(_brute_force(X, D, 1, 1, 9)[0], rel=1e-9, abs=1e-12)
+    assert np.isnan(res.monte_carlo_error) and res.terms.shape == (1,)

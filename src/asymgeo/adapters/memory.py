@@ -168,7 +168,7 @@ class DocumentMemory:
         self.history_: list[dict[str, float]] = []
         for tau in sorted(taus, reverse=True):  # strictest first: on a tie the stricter gate stays
             unit = memory_boosts(V, scored, tau, 1.0, similarity=sim)
-            for w in ws:
+            for w in sorted(ws):  # smallest first, whatever the order given: on a tie the smaller weight stays
                 alpha = w * self.scale_
                 if alpha <= 0:
                     continue

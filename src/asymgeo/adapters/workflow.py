@@ -377,7 +377,7 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
         min_protected = MIN_DISJOINT_VALIDATION
     prot = np.asarray(protected, dtype=bool)
     fz = np.asarray(frozen_values, dtype=np.float64)
-    guard = int(prot.sum()) >= int(min_protected)
+    guard = int(prot.sum()) >= max(int(min_protected), 2)  # a paired interval needs two queries
     records: dict[str, dict[str, Any]] = {}
     for name, (ad, mem) in candidates.items():
         v = np.asarray(mem.validation_values_, dtype=np.float64)
@@ -398,7 +398,8 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
     note, rule = "", "highest validation NDCG@10 among the guarded candidates"
     if not guard:
         note = (f"deployment: only {int(prot.sum())} validation queries have no training-positive document "
-                f"(< {min_protected}): the map is chosen on all validation queries without the unseen-document guard")
+                f"(< {max(int(min_protected), 2)}): the map is chosen on all validation queries without the "
+                "unseen-document guard")
         rule = "highest validation NDCG@10 (no guard)"
     if not feasible:
         choice = max(records, key=lambda n: records[n].get("protected_diff", 0.0))
