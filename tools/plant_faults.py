@@ -51,9 +51,9 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "r in train_docs or holders[r] > 1", "r in train_docs",
      ["tests/adapters/test_document_memory.py", "-k", "leave_one_out"]),
     ("fit selects its checkpoint on the test split", "adapters/workflow.py",
-     "validation_queries=V if sel_V is None else sel_V,\n              "
+     "validation_queries=V if sel_V is None else sel_V,\n                       "
      "validation_relevance=vtable if sel_table is None else sel_table)",
-     "validation_queries=d.T if sel_V is None else sel_V,\n              "
+     "validation_queries=d.T if sel_V is None else sel_V,\n                       "
      "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
     ("the blended query map ignores its weight", "adapters/workflow.py",

@@ -238,3 +238,26 @@ def test_a_pooled_fit_remembers_the_corpus_documents_of_the_labelled_queries(sha
     labelled = list(rep.adapter_train_ids) + [q for q in adaptation_split(ds)["validation"] if q in qrels]
     want = {x for q in labelled for x, g in qrels[q].items() if g > 0 and x in in_corpus}
     assert {corpus_ids[int(r)] for r in mem.table_.documents} == want
+
+
+def test_the_adaptation_data_keep_only_the_queries_they_use(shared_dir):
+    """Texts and labels of training queries outside the subset are dropped at load (at MS MARCO's
+    503k training queries they would be memory that grows with queries never trained on)."""
+    import csv
+
+    from asymgeo.adapters.workflow import load_adaptation_data, training_pool
+    from asymgeo.data import adaptation_split, load_beir
+
+    kw = {"data_dir": shared_dir / "data", "cache_dir": shared_dir / "embeddings"}
+    ds = load_beir("scifact", data_dir=kw["data_dir"])
+    ids = training_pool(ds)[:40]
+    d = load_adaptation_data("scifact", ENC, train_ids=ids, **kw)
+    split = adaptation_split(ds)
+    judged: set[str] = set()
+    for name in ("train", "test"):  # the qrels files read directly
+        with open(kw["data_dir"] / "scifact" / "qrels" / f"{name}.tsv") as fh:
+            judged |= {row[0] for row in csv.reader(fh, delimiter="\t")} - {"query-id"}
+    want = (set(ids) | set(split["validation"]) | set(split["test"])) & judged
+    assert set(d.qrels) == want and len(want) == 40 + 162 + 300
+    assert set(d.queries) == set(ids) | set(split["validation"]) | set(split["test"])
+    assert len(ds.queries) > len(d.queries)  # the dataset has more: they were not kept

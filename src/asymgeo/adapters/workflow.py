@@ -115,9 +115,14 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     source = adaptation_split_source(ds)
     if sub is not None:
         source = {**source, "validation_subsample": sub}
+    overlap = split_overlap(ds.queries, split)
+    # only the queries trained on, validated and tested on are kept: at MS MARCO's 503k training queries
+    # the texts and labels of the others would be memory that grows with queries never used (issue #40)
+    used = dict.fromkeys([*tr.query_ids, *split["validation"], *split["test"]])
+    texts = ds.queries
     return AdaptationData(ds.name, emb.path.name, tr, corpus, V, vt, T, tt, relevant,
-                          split=source, qrels=qrels, corpus_ids=emb.corpus_ids,
-                          overlap=split_overlap(ds.queries, split), queries=ds.queries,
+                          split=source, qrels={q: qrels[q] for q in used if q in qrels}, corpus_ids=emb.corpus_ids,
+                          overlap=overlap, queries={q: texts[q] for q in used if q in texts},
                           qrels_dir=str(ds.path / "qrels"))
 
 
@@ -647,6 +652,9 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
 
     d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining,
                              max_validation=max_validation)
+    if subset is not None:  # the dataset's texts and labels of every query are no longer needed (d keeps its own)
+        del ds, pool
+        dataset = d.dataset
     lap("load and mine")
     tr = d.triples
     relevant = d.relevant
@@ -696,11 +704,11 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
                     epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
                     progress=progress)
-        a.fit(tr.X, tr.pos_rows, dsel.corpus, hard_negative_rows=tr.hard_negative_rows, relevant_rows=relevant,
-              validation_queries=V if sel_V is None else sel_V,
-              validation_relevance=vtable if sel_table is None else sel_table)
+        fitted = a.fit(tr.X, tr.pos_rows, dsel.corpus, hard_negative_rows=tr.hard_negative_rows,
+                       relevant_rows=relevant, validation_queries=V if sel_V is None else sel_V,
+                       validation_relevance=vtable if sel_table is None else sel_table)
         lap(f"train {family}")
-        return a
+        return fitted
 
     auto = None
     fitted: dict[str, Adapter] = {}
