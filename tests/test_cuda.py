@@ -191,3 +191,33 @@ def test_embed_workers_take_one_gpu_each():
 
     assert _worker_devices(None, None) == [f"cuda:{k}" for k in range(torch.cuda.device_count())]
     assert _worker_devices(None, "cpu") == ["cpu"]
+
+
+def test_a_pooled_fit_on_cuda_records_the_pool_and_tests_on_the_whole_corpus(tmp_path):
+    """``fit_adapter(validation_pool=K)`` on the GPU (the device picked without a flag): the same pool as
+    on the CPU (it comes from one exact frozen search), selection on it, and test figures equal to a
+    float64 brute-force ranking of the whole corpus through the trained operator."""
+    from asymgeo.adapters.workflow import fit_adapter
+    from asymgeo.data import encode_dataset, load_beir, load_embeddings
+    from asymgeo.data.synthetic import make_synthetic_beir
+
+    make_synthetic_beir(tmp_path / "data" / "syn", 4000, n_train=150, n_dev=40, n_test=40, seed=1)
+    dirs = {"data_dir": tmp_path / "data", "cache_dir": tmp_path / "emb"}
+    encode_dataset("syn", "synthetic-hash-768", progress=False, **dirs)
+    kw = {"geometry": "shared", "rank": 8, "epochs": 2, "learning_rates": (1e-3,), "seed": 0, "report": False, **dirs}
+    gpu = fit_adapter("syn", "synthetic-hash-768", validation_pool=20, **kw)
+    cpu = fit_adapter("syn", "synthetic-hash-768", validation_pool=20, device="cpu", **kw)
+    assert gpu.metrics["validation_pool"]["documents"] == cpu.metrics["validation_pool"]["documents"] < 4000
+    ds = load_beir("syn", data_dir=dirs["data_dir"])
+    emb = load_embeddings(ds, "synthetic-hash-768", cache_dir=dirs["cache_dir"])
+    qrels = ds.all_qrels()
+    test_ids = [q for q in ds.labelled_query_ids("test") if q in qrels]
+    T = np.asarray(emb.queries[emb.query_rows(test_ids)], dtype=np.float64)
+    C = np.asarray(emb.corpus, dtype=np.float64)
+    top = np.argsort(-(T @ np.asarray(gpu.adapter.operator_, dtype=np.float64) @ C.T), axis=1, kind="stable")[:, :10]
+    ndcg = []
+    for q, row in zip(test_ids, top, strict=True):
+        rel = {d for d, g in qrels[q].items() if g > 0}
+        dcg = sum(1.0 / np.log2(i + 2) for i, j in enumerate(row) if emb.corpus_ids[int(j)] in rel)
+        ndcg.append(dcg / sum(1.0 / np.log2(i + 2) for i in range(min(10, len(rel)))))
+    assert gpu.metrics["trained"]["test_ndcg@10"] == pytest.approx(np.mean(ndcg), abs=1e-4)
