@@ -3,7 +3,7 @@
 Full mode: a synthetic BEIR dataset (:func:`asymgeo.data.synthetic.make_synthetic_beir`) of
 1,000,000 and 3,000,000 documents (``ASYMGEO_SCALE_SIZES`` overrides) with 200,000 training,
 7,000 dev and 200 test queries, encoded by the benchmark encoder ``synthetic-hash-768``.
-Quick mode (CI): 20,000 documents, 2,000 / 300 / 50 queries, ``--n-train 256``.
+Quick mode (CI): 8,000 documents, 1,000 / 150 / 50 queries, ``--n-train 128 --max-validation 60``.
 
 Stages, each the real command in its own process (wall time and peak resident memory, the
 memory-mapped cache's pages included, against the cache's size + 1.5 GiB):
@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scale import GIB, _run  # noqa: E402 - the sibling benchmark's child-process timer
 
 FULL = {"n_train": 200_000, "n_dev": 7_000, "n_test": 200}
-QUICK = {"n_train": 2_000, "n_dev": 300, "n_test": 50}
-FIT_N_TRAIN = {"full": 4096, "quick": 256}
-MAX_VALIDATION = {"full": 500, "quick": 100}
+QUICK = {"n_train": 1_000, "n_dev": 150, "n_test": 50}
+FIT_N_TRAIN = {"full": 4096, "quick": 128}
+MAX_VALIDATION = {"full": 500, "quick": 60}
 MSMARCO_DOCS = 8_841_823
 
 
@@ -143,7 +143,7 @@ def _projection(sizes: list[int], stage_seconds: dict[int, dict[str, float]]) ->
 
 def run(quick: bool) -> str:
     env = os.environ.get("ASYMGEO_SCALE_SIZES")
-    sizes = [20_000] if quick else [int(s) for s in (env or "1000000,3000000").split(",")]
+    sizes = [8_000] if quick else [int(s) for s in (env or "1000000,3000000").split(",")]
     work = Path(os.environ.get("ASYMGEO_SCALE_DIR", ROOT / "build" / ("scale-quick" if quick else "scale")))
     work.mkdir(parents=True, exist_ok=True)
     q = QUICK if quick else FULL
