@@ -13,7 +13,6 @@ loss to the better family.  ``asymgeo reproduce auto_geometry [--quick]``; page:
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,24 +139,11 @@ HISTORY = (
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapper
-    from .._atomic import atomic_write_text
-    from .runner import read_results
+    from .store import write_page
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m asymgeo.experiments.auto_geometry RESULTS_DIR OUT.md", file=sys.stderr)
-        return 2
-    results, out = Path(argv[0]), Path(argv[1])
-    if not (results / "cells").is_dir():
-        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
-        return 2
-    table = read_results(results.parent, results.name)
-    history = CONFIRM if results.name.endswith("confirm") else None
-    atomic_write_text(out, format_summary(summarise(table),
-                                          f"python -m asymgeo.experiments.auto_geometry {argv[0]} {argv[1]}",
-                                          history))
-    print(f"wrote {out}")
-    return 0
+    return write_page("auto_geometry", sys.argv[1:] if argv is None else argv,
+                      lambda table, res, _out, cmd: format_summary(
+                          summarise(table), cmd, CONFIRM if res.name.endswith("confirm") else None))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import functools
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -222,23 +221,10 @@ def format_summary(rows: list[dict[str, Any]], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapper
-    from .runner import read_results
+    from .store import write_page
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m asymgeo.experiments.generalisation RESULTS_DIR OUT.md", file=sys.stderr)
-        return 2
-    results, out = Path(argv[0]), Path(argv[1])
-    if not (results / "cells").is_dir():
-        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
-        return 2
-    table = read_results(results.parent, results.name)
-    text = format_summary(summarise(table), f"python -m asymgeo.experiments.generalisation {argv[0]} {argv[1]}")
-    from .._atomic import atomic_write_text
-
-    atomic_write_text(out, text)
-    print(f"wrote {out}")
-    return 0
+    return write_page("generalisation", sys.argv[1:] if argv is None else argv,
+                      lambda table, _res, _out, cmd: format_summary(summarise(table), cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -302,22 +302,14 @@ def plot_frontier(s: dict[str, Any], out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapper
-    from .._atomic import atomic_write_text
-    from .runner import read_results
+    from .store import write_page
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m asymgeo.experiments.peers RESULTS_DIR OUT.md", file=sys.stderr)
-        return 2
-    results, out = Path(argv[0]), Path(argv[1])
-    if not (results / "cells").is_dir():
-        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
-        return 2
-    s = summarise(read_results(results.parent, results.name), Path(out).parent / "results" / "peers")
-    atomic_write_text(out, format_summary(s, f"python -m asymgeo.experiments.peers {argv[0]} {argv[1]}"))
-    plot_frontier(s, Path(out).parent / "figures" / "peers_frontier.png")
-    print(f"wrote {out}")
-    return 0
+    def render(table, _res: Path, out: Path, cmd: str) -> str:
+        s = summarise(table, out.parent / "results" / "peers")
+        plot_frontier(s, out.parent / "figures" / "peers_frontier.png")
+        return format_summary(s, cmd)
+
+    return write_page("peers", sys.argv[1:] if argv is None else argv, render)
 
 
 if __name__ == "__main__":  # pragma: no cover

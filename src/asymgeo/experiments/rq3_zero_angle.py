@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,22 +126,10 @@ def format_summary(s: dict[str, Any], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapper
-    from .._atomic import atomic_write_text
-    from .runner import read_results
+    from .store import write_page
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m asymgeo.experiments.rq3_zero_angle RESULTS_DIR OUT.md", file=sys.stderr)
-        return 2
-    results, out = Path(argv[0]), Path(argv[1])
-    if not (results / "cells").is_dir():
-        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
-        return 2
-    table = read_results(results.parent, results.name)
-    atomic_write_text(out, format_summary(summarise(table),
-                                          f"python -m asymgeo.experiments.rq3_zero_angle {argv[0]} {argv[1]}"))
-    print(f"wrote {out}")
-    return 0
+    return write_page("rq3_zero_angle", sys.argv[1:] if argv is None else argv,
+                      lambda table, _res, _out, cmd: format_summary(summarise(table), cmd))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +182,26 @@ def read_results(results_dir: str | os.PathLike, name: str):
         f"{' --quick' if name.endswith('-quick') else ''}` first"
     )
 
+
+def write_page(module: str, argv: Sequence[str],
+               render: Callable[[Any, Path, Path, str], str]) -> int:
+    """``python -m asymgeo.experiments.MODULE RESULTS_DIR OUT.md``: a sweep's results to its page.
+
+    ``render(table, results_dir, out, command)`` returns the page's text (``command`` is the
+    line that made it, for the page to quote); the page is written atomically.  Exit 2 with
+    one line on stderr for a wrong argument count or a folder without sweep results.
+    """
+    import sys
+
+    if len(argv) != 2:
+        print(f"usage: python -m asymgeo.experiments.{module} RESULTS_DIR OUT.md", file=sys.stderr)
+        return 2
+    results, out = Path(argv[0]), Path(argv[1])
+    if not (results / "cells").is_dir():
+        print(f"{results}: no sweep results here (run asymgeo reproduce {results.name} first)", file=sys.stderr)
+        return 2
+    table = read_results(results.parent, results.name)
+    text = render(table, results, out, f"python -m asymgeo.experiments.{module} {argv[0]} {argv[1]}")
+    atomic_write_text(out, text)
+    print(f"wrote {out}")
+    return 0
