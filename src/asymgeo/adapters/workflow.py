@@ -652,7 +652,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
 
     d = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=subset, mining=mining,
                              max_validation=max_validation)
-    if subset is not None:  # the dataset's texts and labels of every query are no longer needed (d keeps its own)
+    if subset is not None:  # drop the dataset (its texts and labels of every query): d keeps what it uses
         del ds, pool
         dataset = d.dataset
     lap("load and mine")
