@@ -72,16 +72,29 @@ def _se(a: np.ndarray, b: np.ndarray) -> float:
     return float(d.std(ddof=1) / np.sqrt(d.size))
 
 
-def replay(rec: dict, variant: str, rule: str) -> str:
+def _guarded(vals: dict[str, np.ndarray], fz: np.ndarray, prot: np.ndarray, margin: float) -> list[str]:
+    """Candidates whose mean protected gain over frozen is at least ``margin`` standard errors
+    (``margin`` 0: the shipped guard); none passing: the one with the largest protected gain."""
+    ok = []
+    for n, x in vals.items():
+        d = (x - fz)[prot]
+        se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
+        if float(d.mean()) >= margin * se:
+            ok.append(n)
+    return ok or [max(vals, key=lambda n: float((vals[n] - fz)[prot].mean()))]
+
+
+def replay(rec: dict, variant: str, rule: str, margin: float = 0.0) -> str:
     """A deployment rule replayed on one seed's record: ``max`` (the shipped rule: highest
     validation NDCG@10 among the candidates that lose nothing on average on the protected
-    queries) or ``one_se`` (among those within one paired standard error of it, the largest
-    protected gain)."""
+    queries; with ``margin`` k > 0, among those whose protected gain is at least k paired
+    standard errors) or ``one_se`` (among those within one paired standard error of it, the
+    largest protected gain)."""
     v = rec["variants"][variant]
     fz, prot = np.asarray(rec["frozen_val"]), np.asarray(v["protected"], dtype=bool)
     vals = {n: np.asarray(c["val_values"]) for n, c in v["candidates"].items()}
     gain = {n: float((x - fz)[prot].mean()) for n, x in vals.items()}
-    feasible = [n for n in vals if gain[n] >= 0] or list(vals)
+    feasible = _guarded(vals, fz, prot, margin)
     best = max(feasible, key=lambda n: vals[n].mean())
     if rule == "max":
         return best
@@ -118,17 +131,21 @@ def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
 def summary(path: str) -> None:
     recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
     for variant in ("train_keys", "leave_one_out"):
-        for rule in ("max", "one_se"):
+        for rule, margin in (("max", 0.0), ("one_se", 0.0), ("max", 0.5), ("max", 0.75)):
             by: dict[tuple[str, str], list] = {}
             for r in recs:
-                n = replay(r, variant, rule)
+                n = replay(r, variant, rule, margin)
                 t, f = np.asarray(r["variants"][variant]["candidates"][n]["test_values"]), np.asarray(r["frozen_test"])
                 u = np.asarray(r["unseen_rows"], dtype=np.int64)
                 by.setdefault((r["dataset"], r["encoder"]), []).append((n, (t - f).mean(), (t - f)[u].mean()))
             for (ds, enc), rows in sorted(by.items()):
-                print(f"{variant:13s} {rule:6s} {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, "
+                print(f"{variant:13s} {rule if not margin else f'{margin:g} SE':6s} {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, "
                       f"unseen-doc {np.mean([x[2] for x in rows]):+.4f} over {len(rows)} seeds; "
                       f"chosen: {', '.join(x[0] for x in rows)}")
+
+
+#: guard margins (paired standard errors of the protected gain) the routed replay tries
+ROUTING_MARGINS = (0.0, 0.25, 0.75)
 
 
 def routing(path: str, data_dir: str, cache_dir: str) -> None:
@@ -137,7 +154,8 @@ def routing(path: str, data_dir: str, cache_dir: str) -> None:
     document-disjoint map (with its memory); ``t`` a quantile of the validation queries' nearest
     training-query similarity.  Routed on training keys only, at validation and test alike; the
     shipped rule (highest validation NDCG@10 among the candidates that lose nothing on the
-    protected queries) then chooses among the joint candidates and three routed ones."""
+    protected queries, or at least ``ROUTING_MARGINS`` standard errors above it) then chooses
+    among the joint candidates and three routed ones."""
     from asymgeo.adapters import workflow as wf
 
     recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
@@ -162,12 +180,13 @@ def routing(path: str, data_dir: str, cache_dir: str) -> None:
         for q in (0.25, 0.5, 0.75):
             t = float(np.quantile(sv, q))
             cands[f"routed at q{q:g}"] = (np.where(sv >= t, a[0], b[0]), np.where(st >= t, a[1], b[1]))
-        feasible = [n for n, (x, _) in cands.items() if (x - fv)[prot].mean() >= 0] or list(cands)
-        best = max(feasible, key=lambda n: cands[n][0].mean())
-        t_best = cands[best][1]
-        by.setdefault(key, []).append((best, (t_best - f).mean(), (t_best - f)[u].mean()))
-    for (ds, enc), rows in sorted(by.items()):
-        print(f"routed candidates added, {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, unseen-doc "
+        for margin in ROUTING_MARGINS:
+            feasible = _guarded({n: x for n, (x, _) in cands.items()}, fv, prot, margin)
+            best = max(feasible, key=lambda n: cands[n][0].mean())
+            t_best = cands[best][1]
+            by.setdefault((*key, margin), []).append((best, (t_best - f).mean(), (t_best - f)[u].mean()))
+    for (ds, enc, margin), rows in sorted(by.items()):
+        print(f"routed candidates added, guard margin {margin:g} SE, {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, unseen-doc "
               f"{np.mean([x[2] for x in rows]):+.4f} over {len(rows)} seeds; chosen: {', '.join(x[0] for x in rows)}")
 
 

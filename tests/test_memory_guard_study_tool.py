@@ -1,0 +1,48 @@
+"""tools/memory_guard_study.py: the offline replay behind docs/adapters.md's deployment-guard figures."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("memory_guard_study", ROOT / "tools" / "memory_guard_study.py")
+assert _spec is not None and _spec.loader is not None
+study = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(study)
+
+
+def _record() -> dict:
+    # four validation queries, the first three protected; frozen scores 0.5 everywhere
+    # "bold": best validation mean (0.75) but protected gains 0.3, -0.1, -0.1 -> mean +1/30, se 0.1333
+    # "safe": protected gains 0.05 each (se 0), validation mean 0.5375
+    # "bad":  protected loss -0.2 on each, validation mean 0.475
+    frozen = [0.5, 0.5, 0.5, 0.5]
+    return {"frozen_val": frozen, "variants": {"train_keys": {
+        "protected": [True, True, True, False],
+        "candidates": {"bold": {"val_values": [0.8, 0.4, 0.4, 1.0]},
+                       "safe": {"val_values": [0.55, 0.55, 0.55, 0.5]},
+                       "bad": {"val_values": [0.3, 0.3, 0.3, 1.0]}}}}}
+
+
+def test_the_shipped_guard_takes_the_best_mean_that_loses_nothing_on_average():
+    assert study.replay(_record(), "train_keys", "max") == "bold"  # +1/30 >= 0 and the highest mean
+
+
+def test_a_margin_in_standard_errors_turns_the_noisy_candidate_away():
+    d = np.array([0.3, -0.1, -0.1])
+    se = d.std(ddof=1) / np.sqrt(3)  # hand: sd 0.2309, se 0.1333; mean 0.0333 = 0.25 se
+    assert abs(d.mean() / se - 0.25) < 1e-9
+    assert study.replay(_record(), "train_keys", "max", margin=0.2) == "bold"
+    assert study.replay(_record(), "train_keys", "max", margin=0.3) == "safe"
+
+
+def test_when_no_candidate_passes_the_least_harmful_is_kept():
+    rec = _record()
+    del rec["variants"]["train_keys"]["candidates"]["safe"]
+    # margin 0.3: bold (0.25 se) fails, bad fails; bold loses less on the protected queries
+    assert study.replay(rec, "train_keys", "max", margin=0.3) == "bold"
+    rec["variants"]["train_keys"]["candidates"]["bold"]["val_values"] = [0.2, 0.2, 0.2, 1.0]
+    assert study.replay(rec, "train_keys", "max", margin=0.0) == "bad"  # -0.2 beats -0.3
