@@ -91,3 +91,24 @@ def test_a_tie_goes_to_shared():
     assert v["dual_wins"] == 0.0
     assert v["rules"]["toy"]["accuracy"] == 1.0 and v["rules"]["cars"]["accuracy"] == 0.0
     assert v["rules"]["cars"]["regret"] == 0.0
+
+
+def test_the_expected_risk_oracle_leaves_each_cells_own_seed_out():
+    # one design, three seeds: R_s - R_d = +0.3, +0.3, -0.1 (dual wins the first two draws)
+    rows = [{"variant": "paper", "seed_index": s, "n": 256, "rank": 4, "angle": 0.6, "risk_shared": 1.0,
+             "risk_dual": 1.0 - d, "mean_share_train": 0.0, "cars_choice": "shared", "cars_score": -1.0}
+            for s, d in enumerate((0.3, 0.3, -0.1))]
+    # a second design with one seed: no other seed to learn from, so shared
+    rows.append({"variant": "paper", "seed_index": 0, "n": 512, "rank": 4, "angle": 0.6, "risk_shared": 1.0,
+                 "risk_dual": 0.5, "mean_share_train": 0.0, "cars_choice": "dual", "cars_score": 1.0})
+    t = pd.DataFrame(rows)
+    # by hand: seeds 0 and 1 see the mean of the other two, (0.3 - 0.1) / 2 > 0 -> dual (right);
+    # seed 2 sees (0.3 + 0.3) / 2 > 0 -> dual, wrong by 0.1; the lone design -> shared, wrong by 0.5
+    assert pop.expected_risk_oracle(t).tolist() == ["dual", "dual", "dual", "shared"]
+    v = pop.summarise(t, n_boot=20)["variants"]["paper"]
+    o = v["rules"][pop.ORACLE]
+    assert o["regret"] == pytest.approx((0.1 + 0.5) / 4) and o["accuracy"] == 0.5
+    assert o["spearman"] == {}  # a reference, not a score
+    assert v["rules"]["cars"]["regret"] == pytest.approx((0.3 + 0.3) / 4)
+    assert o["ratio"] == pytest.approx(0.6 / 0.6)
+    assert "| `oracle_expected` | 50.0% |" in pop.format_summary(pop.summarise(t, n_boot=20), "cmd")
