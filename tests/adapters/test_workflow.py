@@ -921,12 +921,15 @@ def test_fit_adapter_defaults_are_the_estimators_and_the_commands():
 
     sig = inspect.signature(fit_adapter).parameters
     est = Adapter().get_params()
-    for key in ("geometry", "rank", "form", "init", "learning_rates", "epochs", "early_stopping", "anchor", "seed",
+    for key in ("rank", "form", "init", "learning_rates", "epochs", "early_stopping", "anchor", "seed",
                 "device", "progress"):
         assert sig[key].default == est[key], key
+    # geometry: the estimator fits one family; the workflow, like `asymgeo fit`, decides (auto)
+    assert est["geometry"] == "shared" and sig["geometry"].default == "auto"
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices["fit"]
-    cli = vars(sub.parse_args(["scifact", "--geometry", "shared", "--out", "x"]))  # the CLI's default is auto
-    for key in ("rank", "form", "init", "epochs", "seed", "selection", "anchor", "selector"):
+    cli = vars(sub.parse_args(["scifact", "--out", "x"]))
+    for key in ("geometry", "rank", "form", "init", "epochs", "seed", "selection", "anchor", "selector", "memory",
+                "candidates"):
         assert cli[key] == sig[key].default, key
     assert tuple(cli["learning_rates"]) == sig["learning_rates"].default
 
@@ -978,7 +981,8 @@ def test_fit_adapter_accepts_the_whole_pool_as_n_train(shared_dir, monkeypatch):
         return Adapter.from_maps(np.zeros((2, corpus.shape[1])), geometry="shared")
 
     monkeypatch.setattr(Adapter, "fit", quick)
-    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", n_train=647, rank=2, report=False, data_dir=shared_dir / "data",
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="shared", n_train=647, rank=2, report=False,
+                      data_dir=shared_dir / "data",
                       cache_dir=shared_dir / "embeddings")
     assert rep.n_train == n["rows"] == 647
 

@@ -517,7 +517,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     dataset: Any,
     encoder: str,
     *,
-    geometry: str = "shared",
+    geometry: str = "auto",
     rank: int = 16,
     form: str = "augmented",
     init: str = "closed_form",
@@ -541,8 +541,13 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     device: str | None = None,
     progress: bool = False,
 ) -> FitReport:
-    """Train an adapter on a dataset's adaptation split (paper protocol by default).
+    """Train an adapter on a dataset's adaptation split; every default is ``asymgeo fit``'s.
 
+    ``geometry``: ``"auto"`` (default, as the CLI: both families trained, ``selector``
+    decides, and with ``memory="auto"`` and ``candidates="joint"`` the deployed whole is
+    chosen among map + memory candidates), ``"shared"``, ``"dual"`` or ``"query"`` (a map on
+    queries only, documents untouched).  The paper's protocol is ``geometry="dual"`` (or
+    ``"shared"``), ``selection="all"``, ``memory="none"``.
     ``n_train`` takes a seeded prefix (``seed``) of the training queries (all by default).
     ``selection`` names the validation queries that choose the learning rate, the checkpoint
     and the closed-form scale: ``"all"`` (the paper's protocol) or ``"document_disjoint"``
