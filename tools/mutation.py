@@ -31,7 +31,9 @@ OUT = ROOT / "build" / "mutation"
 #: short name -> (module under src/, the test files meant to catch its faults)
 MODULES: dict[str, tuple[str, list[str]]] = {
     "selection": ("src/asymgeo/kernels/selection.py", ["tests/kernels/test_selection.py"]),
-    "validation": ("src/asymgeo/estimators/validation.py", ["tests/estimators/test_validation.py"]),
+    "validation": ("src/asymgeo/estimators/validation.py", ["tests/estimators/test_validation.py",
+                                                            "tests/estimators/test_validation_contract.py",
+                                                            "tests/test_select_truth.py"]),
     "metrics": ("src/asymgeo/retrieval/metrics.py", ["tests/retrieval/test_metrics.py", "tests/data/test_evaluate.py"]),
     "evaluate": ("src/asymgeo/data/evaluate.py", ["tests/data/test_evaluate.py"]),
     "triples": ("src/asymgeo/data/triples.py", ["tests/data/test_triples.py"]),
