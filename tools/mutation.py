@@ -37,11 +37,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "metrics": ("src/asymgeo/retrieval/metrics.py", ["tests/retrieval/test_metrics.py", "tests/data/test_evaluate.py"]),
     "evaluate": ("src/asymgeo/data/evaluate.py", ["tests/data/test_evaluate.py"]),
     "triples": ("src/asymgeo/data/triples.py", ["tests/data/test_triples.py"]),
-    "cache": ("src/asymgeo/data/cache.py", ["tests/data/test_cache.py"]),
+    "cache": ("src/asymgeo/data/cache.py", ["tests/data/test_cache.py", "tests/data/test_cache_encoder_identity.py",
+                                            "tests/data/test_import_cache.py", "tests/test_ids.py",
+                                            "tests/data/test_encoding.py"]),
     "training": ("src/asymgeo/adapters/training.py", ["tests/adapters/test_training.py", "tests/adapters/test_adapter.py",
                                                         "tests/adapters/test_planted_faults.py"]),
     "workflow": ("src/asymgeo/adapters/workflow.py", ["tests/adapters/test_workflow.py",
-                                                        "tests/adapters/test_planted_faults.py"]),
+                                                        "tests/adapters/test_planted_faults.py",
+                                                        "tests/adapters/test_joint_deployment.py"]),
 }
 
 STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "segfault", "not checked")
