@@ -153,3 +153,64 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_when_piped(monkeypatch):
     monkeypatch.setattr(sys, "stderr", term)
     fv.validate_selection(X, P, N, **kw)
     assert "asymgeo: validate rank 1" not in term.getvalue() and "validate rank 1" in term.getvalue()
+
+
+def _hand_cell(fold, size, ls, ld, cars, se=None, **choices):
+    row = {"fold": fold, "size": size, "rank": 1, "loss_shared": ls, "loss_dual": ld, "cars_choice": cars,
+           "cars_score": 1.0 if cars == "dual" else -1.0}
+    row.update({f"{k}_choice": v for k, v in choices.items()})
+    if se is not None:
+        row["heldout_se"] = se
+    return row
+
+
+def test_per_size_counts_by_hand():
+    # size 8: CARS says dual in two of three cells; held-out dual wins once (0.5 < 0.75)
+    # decided: |L_s - L_d| > 2 se strictly: 0.25 against 2 x 0.125 is a tie, not decided
+    cells = [_hand_cell(0, 8, 0.75, 0.5, "dual", se=0.125), _hand_cell(1, 8, 0.5, 0.75, "dual", se=0.0625),
+             _hand_cell(2, 8, 0.5, 1.0, "shared", se=0.5)]
+    s = fv.summarise_cells(cells)["per_size"][0]
+    assert (s["size"], s["cells"], s["cars_dual"], s["heldout_dual"]) == (8, 3, 2, 1)
+    assert s["decided"] == 1  # only the second: 0.25 > 2 x 0.0625
+    assert s["accuracy"] == pytest.approx(2 / 3)
+
+
+def test_the_scored_rules_are_cars_the_fixed_rules_then_the_registry_order():
+    row = _hand_cell(0, 8, 0.5, 0.75, "dual", zzz="shared", cvp="dual", aaa="dual", sure="shared")
+    # registered rules in the registry's order (sure before cvp), unregistered ones as the cells list them
+    assert fv._scored_rules([row]) == ["cars", "shared", "dual", "sure", "cvp", "zzz", "aaa"]
+    other = dict(row)
+    del other["cvp_choice"]  # a rule some cell lacks is not scored
+    assert fv._scored_rules([row, other]) == ["cars", "shared", "dual", "sure", "zzz", "aaa"]
+
+
+def test_the_selector_projection_follows_its_seed_and_names_a_bad_dimension():
+    R3, R4 = fv.fixed_projection(12, 5, 3), fv.fixed_projection(12, 5, 4)
+    assert R3.shape == R4.shape == (12, 5) and not np.allclose(R3, R4)
+    with pytest.raises(ValueError, match=r"^selector_dim"):
+        fv.fixed_projection(12, 0, 3)
+    # a dimension beyond any p is not a bad dimension: it means no projection
+    assert fv.fixed_projection(12, 10**9, 3) is None
+
+
+def test_cells_run_on_every_core_from_256_dimensions(monkeypatch):
+    monkeypatch.setattr(fv, "available_cpus", lambda: 3)
+    assert fv._cell_workers(None, 10, 256) == 3 and fv._cell_workers(None, 10, 255) == 1
+    assert fv._cell_workers(None, 2, 384) == 2  # never more workers than cells
+    assert fv._cell_workers(2, 10, 16) == 2
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match=rf"^n_jobs: expected a positive integer or None, got {bad!r}$"):
+            fv._cell_workers(bad, 10, 16)
+
+
+def test_fold_cells_scores_the_rules_it_is_given():
+    X, P, N = _triples()
+    D = P - N
+    cell = fv.fold_cells(X, D, range(30), [35, 36], [16], [2], rules=["cars", "cvp"])[0]
+    assert "cvp_choice" in cell and "sure_choice" not in cell
+    plain = fv.fold_cells(X, D, range(30), [35, 36], [16], [2], sure=False)[0]
+    assert "cars_choice" in plain and "sure_choice" not in plain and "anisotropic_choice" not in plain
+    default = fv.fold_cells(X, D, range(30), [35, 36], [16], [2])[0]
+    assert "sure_choice" in default and "anisotropic_choice" in default
+    sig = inspect.signature(fv.fold_cells).parameters
+    assert (sig["seed"].default, sig["cv_folds"].default, sig["sure"].default) == (0, 0, True)
