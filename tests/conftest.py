@@ -53,6 +53,21 @@ from tqdm import tqdm as _tqdm  # noqa: E402
 _tqdm.set_lock(threading.RLock())
 
 
+@pytest.fixture(autouse=True)
+def _one_torch_thread_in_forked_mutants():
+    """Under mutmut (``MUTANT_UNDER_TEST`` set), keep torch off its OpenMP pool.
+
+    mutmut runs the tests once, then forks one process per mutant.  A test that opens an encoder
+    sets torch to every core (``SentenceTransformerEncoder``), and an OpenMP pool inherited
+    across ``fork`` deadlocks the child's first parallel matmul: every mutant of
+    ``adapters/training.py`` then ran into mutmut's time limit (``py-spy dump`` showed it idle in
+    ``ValidationScorer._top_indices_scaled``).  One torch thread never enters the pool.  Plain
+    test runs are untouched."""
+    if os.environ.get("MUTANT_UNDER_TEST") and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    yield
+
+
 def pytest_xdist_auto_num_workers(config) -> int | None:
     """``-n auto``: the CPUs this process may use (affinity mask and cgroup quota), at most 8;
     PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead (README)."""
