@@ -54,17 +54,17 @@ _tqdm.set_lock(threading.RLock())
 
 
 @pytest.fixture(autouse=True)
-def _one_torch_thread_in_forked_mutants():
-    """Under mutmut (``MUTANT_UNDER_TEST`` set), keep torch off its OpenMP pool.
+def _one_torch_thread_under_mutation(monkeypatch):
+    """Under ``tools/mutation.py`` (``ASYMGEO_MUTATION`` set), encoders keep torch on one thread.
 
     mutmut runs the tests once, then forks one process per mutant.  A test that opens an encoder
-    sets torch to every core (``SentenceTransformerEncoder``), and an OpenMP pool inherited
-    across ``fork`` deadlocks the child's first parallel matmul: every mutant of
-    ``adapters/training.py`` then ran into mutmut's time limit (``py-spy dump`` showed it idle in
-    ``ValidationScorer._top_indices_scaled``).  One torch thread never enters the pool.  Plain
-    test runs are untouched."""
-    if os.environ.get("MUTANT_UNDER_TEST") and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    sets torch to every core (``SentenceTransformerEncoder``); MKL's OpenMP pool, once started,
+    does not survive ``fork``, and every mutant of ``adapters/training.py`` deadlocked in its first
+    matmul until mutmut's time limit (``py-spy dump --native``: idle in libgomp under
+    ``mkl_blas_sgemm``).  With one thread (and ``OMP_NUM_THREADS=1``, which the tool sets) no pool
+    is ever started.  Plain test runs are untouched."""
+    if os.environ.get("ASYMGEO_MUTATION"):
+        monkeypatch.setattr("asymgeo.data.encoders._cpu_cores", lambda: 1)
     yield
 
 

@@ -87,7 +87,11 @@ def _results(main: Path) -> dict[str, str]:
 def run(name: str, children: int) -> dict[str, object]:
     main = _workspace(name)
     t0 = time.perf_counter()
-    proc = subprocess.run([_mutmut(), "run", "--max-children", str(children)], cwd=main,
+    # one native thread everywhere: an OpenMP pool started before mutmut forks deadlocks the children
+    # (tests/conftest.py keeps the encoders on one torch thread when ASYMGEO_MUTATION is set)
+    env = {**os.environ, "ASYMGEO_MUTATION": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.run([_mutmut(), "run", "--max-children", str(children)], cwd=main, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     return _record(name, main, time.perf_counter() - t0, proc.returncode)
 
