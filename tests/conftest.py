@@ -55,15 +55,17 @@ _tqdm.set_lock(threading.RLock())
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread_under_mutation(monkeypatch):
-    """Under ``tools/mutation.py`` (``ASYMGEO_MUTATION`` set), encoders keep torch on one thread.
+    """Under ``tools/mutation.py`` (``ASYMGEO_MUTATION`` set), torch never leaves one thread.
 
-    mutmut runs the tests once, then forks one process per mutant.  A test that opens an encoder
-    sets torch to every core (``SentenceTransformerEncoder``); MKL's OpenMP pool, once started,
-    does not survive ``fork``, and every mutant of ``adapters/training.py`` deadlocked in its first
-    matmul until mutmut's time limit (``py-spy dump --native``: idle in libgomp under
-    ``mkl_blas_sgemm``).  With one thread (and ``OMP_NUM_THREADS=1``, which the tool sets) no pool
-    is ever started.  Plain test runs are untouched."""
+    mutmut runs the tests once, then forks one process per mutant.  The validation scorer
+    (``adapters/training.py``, ``_all_cpu_threads``) and the encoders set torch to every usable
+    core; MKL's OpenMP pool, once started, does not survive ``fork``, and every mutant of
+    ``adapters/training.py`` deadlocked in its first matmul until mutmut's time limit
+    (``py-spy dump --native``: idle in libgomp under ``mkl_blas_sgemm``).  With one usable core
+    (and ``OMP_NUM_THREADS=1``, which the tool sets) no pool is ever started.  Plain test runs are
+    untouched."""
     if os.environ.get("ASYMGEO_MUTATION"):
+        monkeypatch.setattr("asymgeo._runtime.available_cpus", lambda: 1)
         monkeypatch.setattr("asymgeo.data.encoders._cpu_cores", lambda: 1)
     yield
 

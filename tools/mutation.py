@@ -88,7 +88,7 @@ def run(name: str, children: int) -> dict[str, object]:
     main = _workspace(name)
     t0 = time.perf_counter()
     # one native thread everywhere: an OpenMP pool started before mutmut forks deadlocks the children
-    # (tests/conftest.py keeps the encoders on one torch thread when ASYMGEO_MUTATION is set)
+    # (tests/conftest.py keeps torch on one thread when ASYMGEO_MUTATION is set)
     env = {**os.environ, "ASYMGEO_MUTATION": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "OPENBLAS_NUM_THREADS": "1"}
     proc = subprocess.run([_mutmut(), "run", "--max-children", str(children)], cwd=main, env=env,
