@@ -464,3 +464,27 @@ def test_the_independent_random_start_draws_the_duals_b_apart_and_leaves_the_res
     for init in ("random", "random_independent"):  # the shared family has one map: unchanged
         np.testing.assert_array_equal(start(init=init, geometry="shared").query_map_, tied.query_map_)
     np.testing.assert_array_equal(start(init="random_independent", geometry="dual").doc_map_, B)  # seeded
+
+
+def test_the_corpus_is_checked_and_named_before_anything_is_trained():
+    # mutation survivors of tools/mutation.py training: _check_corpus's refusals and the tensor path
+    import torch
+
+    from asymgeo.adapters.training import _check_corpus
+
+    good = np.arange(12, dtype=np.float32).reshape(4, 3)
+    t = torch.from_numpy(good.copy()).requires_grad_(True)  # a tensor needing detach() first
+    np.testing.assert_array_equal(_check_corpus(t), good)
+    assert _check_corpus(good) is good  # no copy of an ndarray
+    np.testing.assert_array_equal(_check_corpus(good.tolist()), good)  # nested lists are read
+    assert _check_corpus(np.ones((2, 2), dtype=bool)).dtype == bool  # booleans are numbers here
+    cases = [(np.array([["a", "b"]], dtype=object), TypeError, "^corpus: expected a numeric array, got dtype object$"),
+             (np.array([["a", "b"]]), TypeError, "^corpus: expected a numeric array, got dtype <U1$"),
+             (np.ones((2, 2), dtype=complex), TypeError, "^corpus: complex values are not supported$"),
+             (np.ones(4), ValueError, r"^corpus: expected a 2-d array of shape \(n, p\), got shape \(4,\)$"),
+             (np.ones((0, 3)), ValueError, r"^corpus: expected a non-empty array, got shape \(0, 3\)$")]
+    for bad, kind, message in cases:
+        with pytest.raises(kind, match=message):
+            _check_corpus(bad)
+    one = np.ones((1, 1), dtype=np.float32)  # one value is not empty
+    assert _check_corpus(one) is one
