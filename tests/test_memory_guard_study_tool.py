@@ -44,5 +44,15 @@ def test_when_no_candidate_passes_the_least_harmful_is_kept():
     del rec["variants"]["train_keys"]["candidates"]["safe"]
     # margin 0.3: bold (0.25 se) fails, bad fails; bold loses less on the protected queries
     assert study.replay(rec, "train_keys", "max", margin=0.3) == "bold"
-    rec["variants"]["train_keys"]["candidates"]["bold"]["val_values"] = [0.2, 0.2, 0.2, 1.0]
-    assert study.replay(rec, "train_keys", "max", margin=0.0) == "bad"  # -0.2 beats -0.3
+    rec["variants"]["train_keys"]["candidates"]["bold"]["val_values"] = [0.2, 0.2, 0.2, 1.0]  # mean 0.4
+    rec["variants"]["train_keys"]["candidates"]["bad"]["val_values"] = [0.3, 0.3, 0.3, 0.0]  # mean 0.225
+    # neither passes; "bad" loses less on the protected queries (-0.2 against -0.3) though its mean is lower
+    assert study.replay(rec, "train_keys", "max", margin=0.0) == "bad"
+
+
+def test_a_candidate_that_loses_exactly_nothing_passes_the_shipped_guard():
+    rec = _record()
+    # protected values equal to frozen (gain exactly 0) and the best validation mean of all
+    rec["variants"]["train_keys"]["candidates"]["even"] = {"val_values": [0.5, 0.5, 0.5, 1.0]}
+    rec["variants"]["train_keys"]["candidates"]["bold"]["val_values"] = [0.8, 0.4, 0.4, 0.5]  # mean 0.525
+    assert study.replay(rec, "train_keys", "max") == "even"  # 0 >= 0: feasible, mean 0.625

@@ -98,17 +98,23 @@ def test_the_expected_risk_oracle_leaves_each_cells_own_seed_out():
     rows = [{"variant": "paper", "seed_index": s, "n": 256, "rank": 4, "angle": 0.6, "risk_shared": 1.0,
              "risk_dual": 1.0 - d, "mean_share_train": 0.0, "cars_choice": "shared", "cars_score": -1.0}
             for s, d in enumerate((0.3, 0.3, -0.1))]
-    # a second design with one seed: no other seed to learn from, so shared
+    # a second design where the cell's own draw would flip its choice: +0.5, -0.2, -0.2 (mean +0.033)
+    rows += [{"variant": "paper", "seed_index": s, "n": 128, "rank": 4, "angle": 0.6, "risk_shared": 1.0,
+              "risk_dual": 1.0 - d, "mean_share_train": 0.0, "cars_choice": "shared", "cars_score": -1.0}
+             for s, d in enumerate((0.5, -0.2, -0.2))]
+    # a third design with one seed: no other seed to learn from, so shared
     rows.append({"variant": "paper", "seed_index": 0, "n": 512, "rank": 4, "angle": 0.6, "risk_shared": 1.0,
                  "risk_dual": 0.5, "mean_share_train": 0.0, "cars_choice": "dual", "cars_score": 1.0})
     t = pd.DataFrame(rows)
     # by hand: seeds 0 and 1 see the mean of the other two, (0.3 - 0.1) / 2 > 0 -> dual (right);
-    # seed 2 sees (0.3 + 0.3) / 2 > 0 -> dual, wrong by 0.1; the lone design -> shared, wrong by 0.5
-    assert pop.expected_risk_oracle(t).tolist() == ["dual", "dual", "dual", "shared"]
+    # seed 2 sees (0.3 + 0.3) / 2 > 0 -> dual, wrong by 0.1.  Second design: seed 0 sees -0.2 ->
+    # shared, wrong by 0.5; seeds 1 and 2 see (0.5 - 0.2) / 2 > 0 -> dual, wrong by 0.2 each (with
+    # their own draw in, all three would say dual).  The lone design -> shared, wrong by 0.5
+    assert pop.expected_risk_oracle(t).tolist() == ["dual", "dual", "dual", "shared", "dual", "dual", "shared"]
     v = pop.summarise(t, n_boot=20)["variants"]["paper"]
     o = v["rules"][pop.ORACLE]
-    assert o["regret"] == pytest.approx((0.1 + 0.5) / 4) and o["accuracy"] == 0.5
+    assert o["regret"] == pytest.approx((0.1 + 0.5 + 0.2 + 0.2 + 0.5) / 7) and o["accuracy"] == pytest.approx(2 / 7)  # right: design A seeds 0 and 1
     assert o["spearman"] == {}  # a reference, not a score
-    assert v["rules"]["cars"]["regret"] == pytest.approx((0.3 + 0.3) / 4)
-    assert o["ratio"] == pytest.approx(0.6 / 0.6)
-    assert "| `oracle_expected` | 50.0% |" in pop.format_summary(pop.summarise(t, n_boot=20), "cmd")
+    assert v["rules"]["cars"]["regret"] == pytest.approx((0.3 + 0.3 + 0.5) / 7)
+    assert o["ratio"] == pytest.approx(1.5 / 1.1)
+    assert "| `oracle_expected` | 28.6% |" in pop.format_summary(pop.summarise(t, n_boot=20), "cmd")
