@@ -111,13 +111,13 @@ def _rules_in(table: Any) -> list[str]:
     return sorted(named, key=lambda g: g != REFERENCE_RULE)
 
 
-def _regrets(g: Any, rules: list[str]) -> dict[str, np.ndarray]:
+def _regrets(g: Any, rules: list[str], oracle: np.ndarray) -> dict[str, np.ndarray]:
     rs, rd = g["risk_shared"].to_numpy(float), g["risk_dual"].to_numpy(float)
     best = np.minimum(rs, rd)
     out = {f: (rs if f == "shared" else rd) - best for f in _FIXED}
     for rule in rules:
         out[rule] = np.where(g[f"{rule}_choice"].to_numpy(str) == "dual", rd, rs) - best
-    out[ORACLE] = np.where(expected_risk_oracle(g) == "dual", rd, rs) - best
+    out[ORACLE] = np.where(oracle == "dual", rd, rs) - best
     return out
 
 
@@ -178,12 +178,12 @@ def summarise(table: Any, *, n_boot: int = 1000, seed: int = 20261203, min_size:
     out: dict[str, Any] = {"cells": len(table), "rules": rules, "variants": {}}
     for variant, g in table.groupby("variant", sort=False):
         rng = np.random.default_rng(np.random.SeedSequence(seed))
-        regret = _regrets(g, rules)
+        oracle = expected_risk_oracle(g)
+        regret = _regrets(g, rules, oracle)
         win = _winner(g)
         seeds = g["seed_index"].to_numpy(int)
         ref = regret.get(REFERENCE_RULE)
         rows = {}
-        oracle = expected_risk_oracle(g)
         for rule in [*rules, ORACLE, *_FIXED]:
             picks = (np.full(len(g), rule) if rule in _FIXED else oracle if rule == ORACLE
                      else g[f"{rule}_choice"].to_numpy(str))
