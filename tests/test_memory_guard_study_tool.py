@@ -56,3 +56,28 @@ def test_a_candidate_that_loses_exactly_nothing_passes_the_shipped_guard():
     rec["variants"]["train_keys"]["candidates"]["even"] = {"val_values": [0.5, 0.5, 0.5, 1.0]}
     rec["variants"]["train_keys"]["candidates"]["bold"]["val_values"] = [0.8, 0.4, 0.4, 0.5]  # mean 0.525
     assert study.replay(rec, "train_keys", "max") == "even"  # 0 >= 0: feasible, mean 0.625
+
+
+def test_a_damaged_or_missing_study_file_is_named_in_one_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    import pytest
+
+    good = {"dataset": "d", "encoder": "e", "frozen_val": [], "frozen_test": [], "unseen_rows": [], "variants": {}}
+    path = tmp_path / "study.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps(good)[:20] + "\n")
+    with pytest.raises(ValueError, match=rf"^{path}:3: not a JSON record"):
+        study.read_records(str(path))
+    path.write_text(json.dumps({"dataset": "d"}) + "\n")
+    with pytest.raises(ValueError, match=rf"^{path}:1: not a study record \(missing encoder, frozen_val"):
+        study.read_records(str(path))
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=rf"^{path}: no study records$"):
+        study.read_records(str(path))
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "memory_guard_study.py"), "--summary",
+                          str(tmp_path / "missing.jsonl")], capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"memory_guard_study: {tmp_path / 'missing.jsonl'}: cannot read the study file " \
+                         "(No such file or directory)\n"

@@ -21,3 +21,12 @@ def test_peak_memory_reports_both_peaks_and_where(shared_dir):
     assert 0 < anon <= hwm  # anonymous pages are part of the resident set
     assert "where the anonymous peak was:" in out.stderr and "asymgeo" in out.stderr.split("peak was:")[1]
     assert "decision:" in out.stdout  # the command itself ran and printed its report
+
+
+def test_peak_memory_without_a_command_or_with_a_wrong_one_says_so_in_one_line():
+    tool = [sys.executable, str(ROOT / "tools" / "peak_memory.py")]
+    out = subprocess.run(tool, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("usage: python tools/peak_memory.py COMMAND")
+    out = subprocess.run([*tool, "nosuchcommand"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.splitlines()[-1].startswith("asymgeo: error: argument COMMAND")
+    assert "peak anonymous memory" not in out.stderr  # a usage error is not a measurement

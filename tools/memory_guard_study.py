@@ -67,6 +67,31 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
     return out
 
 
+def read_records(path: str) -> list[dict]:
+    """The study's records, one JSON object per line; ``ValueError`` naming the file and line
+    of a missing file, a damaged line or a record without the study's fields."""
+    try:
+        lines = open(path, encoding="utf-8").read().splitlines()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the study file ({exc.strerror or exc})") from None
+    recs = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{i}: not a JSON record ({exc.msg}, column {exc.colno})") from None
+        missing = [k for k in ("dataset", "encoder", "frozen_val", "frozen_test", "unseen_rows", "variants")
+                   if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise ValueError(f"{path}:{i}: not a study record (missing {', '.join(missing)})")
+        recs.append(rec)
+    if not recs:
+        raise ValueError(f"{path}: no study records")
+    return recs
+
+
 def _se(a: np.ndarray, b: np.ndarray) -> float:
     d = a - b
     return float(d.std(ddof=1) / np.sqrt(d.size))
@@ -105,7 +130,7 @@ def replay(rec: dict, variant: str, rule: str, margin: float = 0.0) -> str:
 def candidates(path: str) -> None:
     """Each joint candidate (training-key memories), mean over seeds: test gain over frozen on all and on
     unseen-document queries, and the validation gain on the protected queries the guard reads."""
-    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    recs = read_records(path)
     by: dict[tuple[str, str, str], list[tuple[float, float, float]]] = {}
     for r in recs:
         v = r["variants"]["train_keys"]
@@ -129,7 +154,7 @@ def _auc(scores: np.ndarray, positive: np.ndarray) -> float:
 
 
 def summary(path: str) -> None:
-    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    recs = read_records(path)
     for variant in ("train_keys", "leave_one_out"):
         for rule, margin in (("max", 0.0), ("one_se", 0.0), ("max", 0.5), ("max", 0.75)):
             by: dict[tuple[str, str], list] = {}
@@ -158,7 +183,7 @@ def routing(path: str, data_dir: str, cache_dir: str) -> None:
     among the joint candidates and three routed ones."""
     from asymgeo.adapters import workflow as wf
 
-    recs = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    recs = read_records(path)
     sims: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
     by: dict[tuple[str, str], list] = {}
     for r in recs:
@@ -202,6 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-dir", default="../shared/embeddings")
     a = ap.parse_args(argv)
     if a.summary:
+        try:
+            read_records(a.summary)
+        except ValueError as exc:
+            print(f"memory_guard_study: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         summary(a.summary)
         candidates(a.summary)
         if a.routing:

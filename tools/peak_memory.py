@@ -26,6 +26,10 @@ def _status(field: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if not argv or argv[0].startswith("-"):
+        print("usage: python tools/peak_memory.py COMMAND [ARGS ...]  (an asymgeo command, e.g. fit DATASET ...)",
+              file=sys.stderr)
+        return 2
     main_id = threading.main_thread().ident
     peak: list = [0, ""]
 
@@ -42,8 +46,10 @@ def main(argv: list[str]) -> int:
 
     try:
         rc = cli(argv)
-    except SystemExit as exc:  # argparse's --help / usage errors: still report
+    except SystemExit as exc:  # argparse's usage errors: its one line is the report
         rc = exc.code if isinstance(exc.code, int) else 1
+        if rc == 2:
+            return 2
     gib = 1 << 30
     print(f"peak anonymous memory {peak[0] / gib:.2f} GiB; resident peak (VmHWM) {_status('VmHWM') / gib:.2f} GiB; "
           f"exit {rc}", file=sys.stderr)
