@@ -44,7 +44,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                         "tests/adapters/test_anchor_range.py"]),
     "workflow": ("src/asymgeo/adapters/workflow.py", ["tests/adapters/test_workflow.py",
                                                         "tests/adapters/test_planted_faults.py",
-                                                        "tests/adapters/test_joint_deployment.py"]),
+                                                        "tests/adapters/test_joint_deployment.py",
+                                                        "tests/adapters/test_document_memory.py"]),
 }
 
 STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "segfault", "not checked")
