@@ -143,9 +143,10 @@ def prepare_training(  # noqa: C901 - one flat sequence of argument checks
         hard = None
     keys = [np.arange(n, dtype=np.int64) * N + pos]
     if relevant_rows is not None:
-        if isinstance(relevant_rows, (str, bytes)) or len(relevant_rows) != n:
+        sized = hasattr(relevant_rows, "__len__") and not isinstance(relevant_rows, (str, bytes))
+        if not sized or len(relevant_rows) != n:
             raise ValueError(f"relevant_rows: expected {n} collections of corpus rows (one per query), "
-                             f"got {len(relevant_rows) if hasattr(relevant_rows, '__len__') else relevant_rows!r}")
+                             f"got {len(relevant_rows) if sized else repr(relevant_rows)}")
         for i, rows in enumerate(relevant_rows):
             r = np.asarray(list(rows), dtype=np.int64)
             if r.size and (r.min() < 0 or r.max() >= N):
