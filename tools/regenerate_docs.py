@@ -26,7 +26,24 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = ("rq1", "table2", "rq2", "rq4", "table1", "selectors", "heldout_noise", "partial_sharing", "partial_sharing_retrieval",
           "rq1_selectors", "rq3_rotation", "rq3_grid", "rq3_grid_closed_form",
           "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population", "peers",
-          "rq3_zero_angle")
+          "peers_crowded", "rq3_zero_angle")
+
+#: the crowded stress encoders experiments/peers_crowded.toml reads (full grid; the quick grid: the first)
+CROWDED = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
+
+
+def _crowded_caches(quick: bool) -> None:
+    """Write the stress encoders' caches (tools/crowded_encoder.py) that are not there yet."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crowded_encoder", ROOT / "tools" / "crowded_encoder.py")
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    out = Path("results/crowded/embeddings")
+    for enc in CROWDED[:1] if quick else CROWDED:
+        if not (out / "scifact" / f"crowded-0.75-{enc}" / "meta.json").is_file():
+            tool.main(["scifact", enc, "--out", str(out)])
 
 
 def _timed(label: str, fn: Callable[[], object], log: list[tuple[str, float]]) -> None:
@@ -59,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     suffix = "-quick" if quick else ""
     log: list[tuple[str, float]] = []
     if not args.pages_only:
+        _timed("crowded stress encoders", lambda: _crowded_caches(quick), log)
         for name in SWEEPS:
             _timed(f"asymgeo reproduce {name}{' --quick' if quick else ''}",
                    lambda name=name: reproduce(name, quick=quick, results_dir=results, workers=args.workers,
@@ -95,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     from asymgeo.experiments.peers import main as peers_main
 
     _timed("peers page", lambda: peers_main([str(results / f"peers{suffix}"), str(docs / f"peers{suffix}.md")]), log)
+    _timed("crowded peers page", lambda: peers_main([str(results / f"peers_crowded{suffix}"),
+                                                     str(docs / f"peers_crowded{suffix}.md")]), log)
     (docs / "results").mkdir(parents=True, exist_ok=True)
     _timed("adapters page", lambda: adapters_main([str(results / f"adapters{suffix}"), str(docs / "results")]), log)
     total = sum(s for _, s in log)

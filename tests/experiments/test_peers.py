@@ -70,3 +70,13 @@ def test_unknown_method_is_refused():
     with pytest.raises(ValueError, match="method: expected one of"):
         peers.cell({"method": "magic", "seed_index": 0, "dataset": "x", "encoder": "y", "data_dir": ".",
                     "cache_dir": "."})
+
+
+def test_a_crowded_stress_encoder_is_explained_and_the_figure_path_is_the_pages(tmp_path):
+    table, _ = _table()
+    page = peers.format_summary(peers.summarise(table, tmp_path), "cmd")
+    assert "Stress encoders" not in page and "![frontier](figures/peers_frontier.png)" in page
+    table["encoder"] = "crowded-0.75-enc"
+    page = peers.format_summary(peers.summarise(table, tmp_path), "cmd", "figures/peers_crowded_frontier.png")
+    assert "*Stress encoders* (`crowded-0.75-enc`)" in page and "tools/crowded_encoder.py" in page
+    assert "![frontier](figures/peers_crowded_frontier.png)" in page and "peers_frontier.png" not in page

@@ -225,8 +225,9 @@ def _cell_text(c: dict[str, float]) -> str:
     return f"{c['mean']:.4f} {c['diff']:+.3f} [{c['ci_low']:+.3f}, {c['ci_high']:+.3f}]"
 
 
-def format_summary(s: dict[str, Any], command: str) -> str:
-    """The page: one table per dataset x encoder, the default against the best peer, the cost columns."""
+def format_summary(s: dict[str, Any], command: str, figure: str = "figures/peers_frontier.png") -> str:
+    """The page: one table per dataset x encoder, the default against the best peer, the cost columns
+    (``figure``: the frontier plot's path relative to the page)."""
     from ._markdown import md_table
 
     lines = ["# asymgeo against the tools users pick instead", "",
@@ -237,6 +238,13 @@ def format_summary(s: dict[str, Any], command: str) -> str:
              "document memory holds); *unseen-doc*: none is; *unseen (train only)*: the same split by training "
              "queries alone, the 0.2 definition. The frontier figure plots all-query gain against unseen-doc gain, "
              "one point per method.", ""]
+    crowded = sorted({g["encoder"] for g in s["groups"] if str(g["encoder"]).startswith("crowded-")})
+    if crowded:
+        lines += ["*Stress encoders* (" + ", ".join(f"`{e}`" for e in crowded) + "): `crowded-<t>-<base>` is the "
+                  "shipped encoder `<base>` with every query and document embedding moved along their common mean "
+                  "direction and renormalised until two queries have mean cosine `t` (`tools/crowded_encoder.py`), "
+                  "as encoders that put all texts in a narrow cone do; a stand-in for encoders that are not in "
+                  "`../shared`. Its frozen ranking differs from the base encoder's.", ""]
     for g in s["groups"]:
         n = g["n"]
         lines += [f"## {g['dataset']} / {g['encoder']} (frozen {g['frozen']:.4f})", ""]
@@ -261,7 +269,7 @@ def format_summary(s: dict[str, Any], command: str) -> str:
             lines += ["", f"Full fine-tune ({g.get('finetune_epochs')} epoch(s), recorded by "
                           "`asymgeo.adapters.finetune.finetune_baseline`): " + "; ".join(parts) + "."]
         lines.append("")
-    lines += ["![frontier](figures/peers_frontier.png)", ""]
+    lines += [f"![frontier]({figure})", ""]
     return "\n".join(lines)
 
 
@@ -306,8 +314,9 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - thin wrapp
 
     def render(table, _res: Path, out: Path, cmd: str) -> str:
         s = summarise(table, out.parent / "results" / "peers")
-        plot_frontier(s, out.parent / "figures" / "peers_frontier.png")
-        return format_summary(s, cmd)
+        figure = f"figures/{out.stem}_frontier.png"  # docs/peers.md -> figures/peers_frontier.png
+        plot_frontier(s, out.parent / figure)
+        return format_summary(s, cmd, figure)
 
     return write_page("peers", sys.argv[1:] if argv is None else argv, render)
 
