@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python tools/memory_guard_study.py scifact all-MiniLM-L6-v2 --seeds 0 1 2 --out study.jsonl
     python tools/memory_guard_study.py --summary study.jsonl
 
-One ``fit_adapter`` per seed (the shipped default: ``geometry="auto"``, ``memory="auto"``,
+One ``fit_adapter`` per seed (the default: ``geometry="auto"``, ``memory="auto"``,
 ``candidates="joint"``, about a minute on one core); then every joint candidate's memory is
 fitted twice on the same trained maps: scored against the training keys alone with the
 document-disjoint validation queries protected (the default), and leave-one-out against the
@@ -99,7 +99,7 @@ def _se(a: np.ndarray, b: np.ndarray) -> float:
 
 def _guarded(vals: dict[str, np.ndarray], fz: np.ndarray, prot: np.ndarray, margin: float) -> list[str]:
     """Candidates whose mean protected gain over frozen is at least ``margin`` standard errors
-    (``margin`` 0: the shipped guard); none passing: the one with the largest protected gain."""
+    (``margin`` 0: the earlier guard; 0.5: the default); none passing: the one with the largest protected gain."""
     ok = []
     for n, x in vals.items():
         d = (x - fz)[prot]
@@ -110,10 +110,11 @@ def _guarded(vals: dict[str, np.ndarray], fz: np.ndarray, prot: np.ndarray, marg
 
 
 def replay(rec: dict, variant: str, rule: str, margin: float = 0.0) -> str:
-    """A deployment rule replayed on one seed's record: ``max`` (the shipped rule: highest
+    """A deployment rule replayed on one seed's record: ``max`` (highest
     validation NDCG@10 among the candidates that lose nothing on average on the protected
-    queries; with ``margin`` k > 0, among those whose protected gain is at least k paired
-    standard errors) or ``one_se`` (among those within one paired standard error of it, the
+    queries (``margin`` 0, the earlier rule); with ``margin`` k > 0, among those whose protected gain
+    is at least k paired standard errors (k = 0.5: the library's default,
+    :data:`asymgeo.adapters.workflow.GUARD_MARGIN`)) or ``one_se`` (among those within one paired standard error of it, the
     largest protected gain)."""
     v = rec["variants"][variant]
     fz, prot = np.asarray(rec["frozen_val"]), np.asarray(v["protected"], dtype=bool)
@@ -178,7 +179,7 @@ def routing(path: str, data_dir: str, cache_dir: str) -> None:
     queries (with its memory) when its nearest training query is at least ``t`` similar, else the
     document-disjoint map (with its memory); ``t`` a quantile of the validation queries' nearest
     training-query similarity.  Routed on training keys only, at validation and test alike; the
-    shipped rule (highest validation NDCG@10 among the candidates that lose nothing on the
+    guarded rule (highest validation NDCG@10 among the candidates that lose nothing on the
     protected queries, or at least ``ROUTING_MARGINS`` standard errors above it) then chooses
     among the joint candidates and three routed ones."""
     from asymgeo.adapters import workflow as wf

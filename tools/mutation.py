@@ -45,7 +45,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "workflow": ("src/asymgeo/adapters/workflow.py", ["tests/adapters/test_workflow.py",
                                                         "tests/adapters/test_planted_faults.py",
                                                         "tests/adapters/test_joint_deployment.py",
-                                                        "tests/adapters/test_document_memory.py"]),
+                                                        "tests/adapters/test_document_memory.py",
+                                                        "tests/adapters/test_max_validation.py"]),
 }
 
 STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "segfault", "not checked")

@@ -879,7 +879,15 @@ def _run_evaluate_adapter(args) -> int:
 #: ``asymgeo fit``'s training defaults beyond the paper's protocol, chosen on validation by the
 #: generalisation study (docs/generalisation.md); ``--selection all --anchor 0`` is the paper's.
 _FIT_DEFAULTS: dict = {"selection": "document_disjoint", "anchor": 0.0, "selector": "validation", "memory": "auto",
-                      "candidates": "joint"}
+                      "candidates": "joint", "guard_margin": 0.5}
+
+def _guard_phrase(joint: dict) -> str:
+    """The deployment guard in words (``fit``'s "deployed:" line)."""
+    k, n = float(joint.get("guard_margin", 0.0)), joint["n_protected"]
+    if k > 0:
+        return f"a gain of at least {k:g} standard errors over frozen on {n} document-disjoint validation queries"
+    return f"no loss on average on {n} document-disjoint validation queries"
+
 
 @_command("fit")
 def _add_fit(sub):
@@ -919,8 +927,13 @@ def _add_fit(sub):
                    help="with --geometry auto, --memory auto and the default --selector: joint (default): the query-only map (checkpoint "
                         "chosen on the selection queries, on all validation queries, and three blends of the two) joins the selector's "
                         "family, each with its memory, and the whole with the best validation NDCG@10 is kept "
-                        "unless it loses on average on document-disjoint validation queries; family: "
+                        "among those that gain at least --guard-margin standard errors on document-disjoint "
+                        "validation queries; family: "
                         "the selector's family alone")
+    p.add_argument("--guard-margin", type=float, default=_FIT_DEFAULTS["guard_margin"], metavar="K",
+                   help="with --candidates joint: a candidate is deployed only if its mean gain over frozen on the "
+                        "document-disjoint validation queries is at least K paired standard errors (default 0.5; 0: "
+                        "loses nothing on average, the earlier rule)")
     p.add_argument("--selector", default=_FIT_DEFAULTS["selector"], metavar="NAME",
                    help="with --geometry auto, the registry rule that decides the family: " + _selector_names("fit")
                         + "; validation (default: train both, keep the better); ranking (the closed-form I + cM's "
@@ -1010,7 +1023,8 @@ def _run_fit(args) -> int:
     rep = fit_adapter(args.dataset, args.encoder, geometry=args.geometry, rank=args.rank, form=args.form,
                       init=args.init, n_train=args.n_train, seed=args.seed, learning_rates=args.learning_rates,
                       epochs=args.epochs, early_stopping=args.early_stopping, selection=args.selection,
-                      anchor=args.anchor, selector=args.selector, memory=args.memory, candidates=args.candidates, mining=args.mining,
+                      anchor=args.anchor, selector=args.selector, memory=args.memory, candidates=args.candidates,
+                      guard_margin=args.guard_margin, mining=args.mining,
                       max_validation=args.max_validation, validation_pool=args.validation_pool,
                       allow_test_overlap=args.allow_test_overlap,
                       data_dir=args.data_dir, cache_dir=args.cache_dir, device=args.device,
@@ -1084,8 +1098,7 @@ def _print_fit(rep, out, args) -> None:  # noqa: C901 - one report, printed sect
         what = (" + memory" if (m.get("memory") or {}).get("kept", True)
                 else " (the map alone: its memory was not kept)")
         print(f"deployed: {j['choice']}{what}, by {j['rule']} (validation NDCG@10 with memory: "
-              + ", ".join(parts) + f"; guard: no loss on average on {j['n_protected']} "
-              "document-disjoint validation queries)")
+              + ", ".join(parts) + "; guard: " + _guard_phrase(j) + ")")
     mining = m.get("mining") or {}
     if mining.get("given"):
         g = mining["given"]

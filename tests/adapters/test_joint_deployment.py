@@ -85,6 +85,54 @@ def test_when_every_whole_hurts_protected_queries_the_least_harmful_is_deployed_
     assert out["choice"] == "less" and "below frozen on average" in out["note"]
 
 
+def _margin_case():
+    """40 protected queries whose differences alternate +-0.1 around an offset (by hand: sample sd
+    sqrt(0.4 / 39), standard error sqrt(0.4 / 39) / sqrt(40) = 0.016013, half of it 0.0080064)."""
+    m, k = 60, 40
+    frozen = np.full(m, 0.5)
+    protected = np.arange(m) < k
+    wiggle = np.where(np.arange(k) % 2 == 0, 0.1, -0.1)
+
+    def whole(offset, rest):
+        return frozen + np.concatenate([wiggle + offset, np.full(m - k, rest)])
+
+    cands = {"thin": _cand("query", whole(0.007, 0.40)),  # 0.007 < 0.5 SE: out at the default margin
+             "clear": _cand("query", whole(0.009, 0.30)),  # 0.5 SE <= 0.009 < 0.75 SE
+             "safe": _cand("shared", frozen + np.where(protected, 0.0, 0.10))}  # exactly 0, sd 0: in at any margin
+    return cands, frozen, protected
+
+
+def test_the_guard_asks_for_a_gain_of_guard_margin_standard_errors_worked_by_hand():
+    cands, frozen, protected = _margin_case()
+    se = np.sqrt(0.4 / 39) / np.sqrt(40)
+    out = choose_deployment(cands, frozen, protected)  # the default margin: 0.5
+    assert out["guard_margin"] == 0.5 and out["choice"] == "clear" and out["note"] == ""
+    assert out["candidates"]["thin"]["protected_se"] == pytest.approx(se, rel=1e-9)
+    assert out["candidates"]["thin"]["protected_diff"] == pytest.approx(0.007, abs=1e-12)
+    assert [out["candidates"][n]["feasible"] for n in cands] == [False, True, True]
+    assert "at least 0.5 standard errors" in out["rule"]
+    assert choose_deployment(cands, frozen, protected, guard_margin=0)["choice"] == "thin"  # the earlier rule
+    assert choose_deployment(cands, frozen, protected, guard_margin=0.75)["choice"] == "safe"  # 0 >= 0.75 * 0
+    # every candidate gains, none by 2 SE except "safe" (removed): the largest gain is deployed, said in words
+    out = choose_deployment({n: cands[n] for n in ("thin", "clear")}, frozen, protected, guard_margin=2)
+    assert out["choice"] == "clear" and out["rule"] == "least harm on protected validation queries"
+    assert out["note"].startswith("deployment: no candidate gains at least 2 standard errors over frozen")
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), float("inf"), "0.5", True, None])
+def test_a_bad_guard_margin_is_refused_by_name(bad):
+    cands, frozen, protected = _margin_case()
+    with pytest.raises(ValueError, match=r"^guard_margin: expected a (finite )?number of standard errors >= 0"):
+        choose_deployment(cands, frozen, protected, guard_margin=bad)
+
+
+def test_fit_adapter_refuses_a_bad_guard_margin_before_loading_anything():
+    from asymgeo.adapters.workflow import fit_adapter
+
+    with pytest.raises(ValueError, match=r"^guard_margin: "):
+        fit_adapter("no-such-dataset", "all-MiniLM-L6-v2", guard_margin=-1.0)
+
+
 def test_values_of_another_length_are_refused_by_name():
     with pytest.raises(ValueError, match=r"candidates\['x'\].*one value per validation query"):
         choose_deployment({"x": _cand("dual", np.ones(9))}, np.ones(10), np.ones(10, dtype=bool))
@@ -112,6 +160,7 @@ def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report
     assert set(rep.joint) == set(j["candidates"]) and rep.adapter is rep.joint[j["choice"]]
     feasible = {n: c["validation_ndcg@10"] for n, c in j["candidates"].items() if c["feasible"]}
     assert j["choice"] == max(feasible, key=feasible.get)
+    assert j["guard_margin"] == 0.5  # fit_adapter's default reaches the guard
     d = load_adaptation_data("scifact", "all-MiniLM-L6-v2", data_dir=shared_dir / "data",
                              cache_dir=shared_dir / "embeddings", train_ids=rep.adapter_train_ids)
     # the recorded map figures are each map's NDCG@10 on all validation queries, recomputed here
@@ -163,11 +212,15 @@ def test_fit_prints_the_deployed_whole_and_saves_the_record(joint_report, shared
                "--epochs", "1", "--learning-rates", "1e-3", "--no-progress", "--out", str(out),
                "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")])
     text = capsys.readouterr().out
-    assert rc == 0 and seen["candidates"] == "joint" and seen["memory"] == "auto"
+    assert rc == 0 and seen["candidates"] == "joint" and seen["memory"] == "auto" and seen["guard_margin"] == 0.5
     rec = json.loads((out / "metrics.json").read_text())["joint"]
     line = next(x for x in text.splitlines() if x.startswith("deployed: "))
     assert line.startswith(f"deployed: {rec['choice']} + memory")
     assert all(name in line for name in rec["candidates"])
+    assert f"guard: a gain of at least 0.5 standard errors over frozen on {rec['n_protected']} " in line
+    main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--guard-margin", "0", "--no-progress", "--out",
+          str(tmp_path / "ad0"), "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")])
+    assert seen["guard_margin"] == 0.0
 
 
 @pytest.mark.parametrize("lam", [0.25, 0.5, 0.75])
