@@ -9,7 +9,8 @@ summary pairs any two methods query by query.  Methods:
   the family chosen on document-disjoint validation and the query-only map (checkpoint chosen
   on the document-disjoint and on all validation queries) each carry the gated document memory
   (:mod:`asymgeo.adapters.memory`), and the whole with the best validation NDCG@10 is kept
-  unless it loses to frozen on average on the document-disjoint validation queries;
+  among those whose gain over frozen on the document-disjoint validation queries is at least
+  half a paired standard error (``--guard-margin 0.5``);
 * ``family_memory``: the family alone carries the memory (``--candidates family``, the 0.3 default);
 * ``map_only``: the family without the memory (``--memory none``, the 0.2 default);
 * ``paper``: the paper's protocol, dual, every validation query selects (``--selection all``);
