@@ -28,8 +28,10 @@ SWEEPS = ("rq1", "table2", "rq2", "rq4", "table1", "selectors", "heldout_noise",
           "rq3_rotation_random_planes", "adapters", "generalisation", "auto_geometry", "population", "peers",
           "peers_crowded", "rq3_zero_angle")
 
-#: the crowded stress encoders experiments/peers_crowded.toml reads (full grid; the quick grid: the first)
+#: the crowded stress encoders experiments/peers_crowded.toml reads, per dataset (full grid; the quick
+#: grid: SciFact MiniLM)
 CROWDED = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
+CROWDED_DATASETS = ("scifact", "nfcorpus")
 
 
 def _crowded_caches(quick: bool) -> None:
@@ -41,9 +43,10 @@ def _crowded_caches(quick: bool) -> None:
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     out = Path("results/crowded/embeddings")
-    for enc in CROWDED[:1] if quick else CROWDED:
-        if not (out / "scifact" / f"crowded-0.75-{enc}" / "meta.json").is_file():
-            tool.main(["scifact", enc, "--out", str(out)])
+    for dataset in CROWDED_DATASETS[:1] if quick else CROWDED_DATASETS:
+        for enc in CROWDED[:1] if quick else CROWDED:
+            if not (out / dataset / f"crowded-0.75-{enc}" / "meta.json").is_file():
+                tool.main([dataset, enc, "--out", str(out)])
 
 
 def _timed(label: str, fn: Callable[[], object], log: list[tuple[str, float]]) -> None:
