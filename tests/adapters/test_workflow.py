@@ -624,6 +624,30 @@ def test_decide_family_refuses_an_unknown_selector():
         decide_family("magic", _Tr(), None, None, None, 1, _Cars("shared", 0.0, 1.0))
 
 
+def test_decide_family_hands_the_rule_its_seed_and_the_callers_cars_result():
+    """#41 mutation survivors: a named rule decides with fit's seed (not its own default) and rule
+    ``cars`` reuses the CARS result fit already computed (not a second run on the triples)."""
+    import numpy as np
+
+    from asymgeo.adapters.workflow import decide_family
+    from asymgeo.selectors.registry import SelectionContext, get_rule
+
+    rng = np.random.default_rng(11)
+    n, p, rank = 80, 10, 3
+    tr = type("Tr", (), {"X": rng.normal(size=(n, p)), "Y_pos": rng.normal(size=(n, p)),
+                         "Y_neg": rng.normal(size=(n, p))})()
+    X, D = tr.X, tr.Y_pos - tr.Y_neg
+    cars = _Cars("dual", 0.125, 0.5)  # a planted result, unlike anything CARS computes on these triples
+    direct = {s: get_rule("bsure").decide(X, D, rank, seed=s, context=SelectionContext(cv_folds=5)).score
+              for s in (0, 5)}
+    assert direct[0] != direct[5]  # the seed matters for this rule, so the check below can fail
+    rec = decide_family("bsure", tr, None, None, None, rank, cars, seed=5)
+    assert rec["diff"] == direct[5] and rec["selector"] == "bsure"
+    rec = decide_family("cars", tr, None, None, None, rank, cars, seed=5)
+    assert (rec["choice"], rec["diff"]) == ("dual", 0.125)  # reused, not recomputed
+    assert rec["cars_score"] == 0.125 and rec["cars_standard_error"] == 0.5
+
+
 def test_fit_records_the_document_disjoint_fallback_as_a_warning(shared_dir, monkeypatch):
     # NFCorpus's dense qrels: with every training query, only one validation query is disjoint,
     # so the fit selects on all 324 and says so in metrics["warnings"]
