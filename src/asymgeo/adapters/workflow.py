@@ -412,10 +412,10 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
         rec: dict[str, Any] = {"geometry": ad.geometry_, "validation_ndcg@10": float(v.mean()),
                                "map_validation_ndcg@10": float(mem.map_validation_ndcg_),
                                "memory_weight": float(mem.weight_)}
-        if prot.any():
-            rec["protected_diff"] = float((v - fz)[prot].mean())
+        d = (v - fz)[prot]  # the paired differences on the protected queries
+        if d.size:
+            rec["protected_diff"] = float(d.mean())
         if guard:
-            d = (v - fz)[prot]
             rec["protected_se"] = float(d.std(ddof=1) / np.sqrt(d.size))
             cmp = paired_comparison(v[prot], fz[prot], n_boot=2000, confidence=GUARD_CONFIDENCE, seed=seed)
             rec.update(protected_ci_low=cmp.ci_low, protected_ci_high=cmp.ci_high)
