@@ -81,3 +81,23 @@ def test_main_writes_a_verified_cache_whose_queries_sit_at_the_target(tmp_path, 
     u /= np.linalg.norm(u)
     c = tool.crowding_scale(Q, u, 0.8)
     np.testing.assert_allclose(np.asarray(got.corpus, dtype=np.float64), tool.crowd(C, u, c), atol=2e-3)
+
+
+def test_refusals_are_one_line_with_exit_status_2_and_an_existing_cache_is_kept(tmp_path, capsys):
+    n_docs, n_q, p = 6, 5, 4
+    ds = write_beir(tmp_path / "mini", [doc(i) for i in range(n_docs)], [query(i) for i in range(n_q)],
+                    {"test": [(str(i), str(i), 1) for i in range(n_q)]})
+    C, Q = _unit_rows(n_docs, p, 5), _unit_rows(n_q, p, 6)
+    import_embeddings(ds, "base", corpus=C, corpus_ids=[str(i) for i in range(n_docs)], queries=Q,
+                      query_ids=[str(i) for i in range(n_q)], cache_dir=tmp_path / "src")
+    args = [str(ds), "base", "--cache-dir", str(tmp_path / "src"), "--out", str(tmp_path / "out")]
+    assert tool._cli(args + ["--target", "1.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("crowded_encoder: error: target: expected a mean cosine in") and err.count("\n") == 1
+    assert tool._cli([str(ds), "nope", "--cache-dir", str(tmp_path / "src"), "--out", str(tmp_path / "out")]) == 2
+    assert "no embedding cache" in capsys.readouterr().err
+    assert tool._cli(args) == 0
+    written = (tmp_path / "out" / "mini" / "crowded-0.75-base" / "queries.npy").read_bytes()
+    assert tool._cli(args) == 2  # already there: refused, the cache untouched
+    assert "a cache is already there" in capsys.readouterr().err
+    assert (tmp_path / "out" / "mini" / "crowded-0.75-base" / "queries.npy").read_bytes() == written

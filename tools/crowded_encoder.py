@@ -95,5 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _cli(argv: list[str] | None = None) -> int:
+    """``main`` with every refusal as one line on stderr and exit status 2 (nothing written)."""
+    try:
+        return main(argv)
+    except (ValueError, OSError, KeyError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"crowded_encoder: error: {msg}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_cli())
