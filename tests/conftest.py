@@ -53,8 +53,8 @@ from tqdm import tqdm as _tqdm  # noqa: E402
 _tqdm.set_lock(threading.RLock())
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread_under_mutation(monkeypatch):
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_under_mutation():
     """Under ``tools/mutation.py`` (``ASYMGEO_MUTATION`` set), torch never leaves one thread.
 
     mutmut runs the tests once, then forks one process per mutant.  The validation scorer
@@ -63,11 +63,19 @@ def _one_torch_thread_under_mutation(monkeypatch):
     ``adapters/training.py`` deadlocked in its first matmul until mutmut's time limit
     (``py-spy dump --native``: idle in libgomp under ``mkl_blas_sgemm``).  With one usable core
     (and ``OMP_NUM_THREADS=1``, which the tool sets) no pool is ever started.  Plain test runs are
-    untouched."""
-    if os.environ.get("ASYMGEO_MUTATION"):
-        monkeypatch.setattr("asymgeo._runtime.available_cpus", lambda: 1)
-        monkeypatch.setattr("asymgeo.data.encoders._cpu_cores", lambda: 1)
-    yield
+    untouched.
+
+    Session-scoped, so that it is in force before any module- or session-scoped fixture runs:
+    as a function-scoped fixture it missed ``tests/adapters/test_workflow.py``'s module fixtures
+    (a whole ``asymgeo fit`` each), and every ``fit_adapter`` mutant deadlocked there (2026-12-05).
+    """
+    if not os.environ.get("ASYMGEO_MUTATION"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("asymgeo._runtime.available_cpus", lambda: 1)
+        mp.setattr("asymgeo.data.encoders._cpu_cores", lambda: 1)
+        yield
 
 
 def pytest_xdist_auto_num_workers(config) -> int | None:
