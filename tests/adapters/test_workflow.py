@@ -598,6 +598,10 @@ def test_fit_adapter_refuses_unknown_choices_before_loading_anything(tmp_path):
     # a data folder that does not exist: the argument checks come first, so they are what fails
     with pytest.raises(ValueError, match="selection: expected one of 'all', 'document_disjoint', got 'test'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", selection="test", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="^memory: expected one of 'auto', 'none', got 'always'$"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", memory="always", data_dir=tmp_path)
+    with pytest.raises(ValueError, match="^candidates: expected one of 'joint', 'family', got 'every'$"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", candidates="every", data_dir=tmp_path)
     with pytest.raises(ValueError, match="selector: expected one of 'cars', 'sure', 'anisotropic', 'cv', 'cv0', "
                                          "'cvx', 'cvp', 'bsure', 'pairwise', 'ranking', 'validation', got 'magic'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="magic", data_dir=tmp_path)
