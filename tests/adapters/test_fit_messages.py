@@ -121,3 +121,16 @@ def test_fit_prints_a_blend_without_its_copied_epoch_and_a_map_whose_memory_was_
     assert any(ln.endswith("; the map blends two query-only checkpoints (weight 0.5 on the second), one chosen on 67 "
                            "document-disjoint validation queries (no relevant document is a training positive), one "
                            "on all 162 validation queries)") for ln in out)
+
+
+@pytest.mark.parametrize("rule, want", [
+    ("validation", "dual, the higher validation NDCG@10 beyond one standard error"),
+    ("tie: shared", "dual, a tie within one standard error kept by the one-SE rule"),
+    ("tie: CARS", "dual, a tie within one standard error broken by CARS"),
+])
+def test_auto_phrase_words_each_outcome_of_the_validation_rule(rule, want):
+    assert auto_phrase({"choice": "dual", "rule": rule}) == want
+
+
+def test_auto_phrase_without_a_rule_names_the_choice_alone():
+    assert auto_phrase({"choice": "shared"}) == "shared by "

@@ -298,3 +298,94 @@ def test_one_protected_query_never_turns_the_guard_on_whatever_min_protected_say
         assert out["choice"] == "bad" and "only 1 validation queries" in out["note"] and "(< 2)" in out["note"]
         assert "without the unseen-document guard" in out["note"]
     assert choose_deployment(*_guard_case(2), min_protected=1)["choice"] == "ok"
+
+
+# ---------------------------------------------------------------- #41: what the 2026-12-05 mutation run left
+def test_each_candidates_record_holds_its_own_figures_and_the_interval_of_the_callers_seed():
+    from asymgeo.retrieval.compare import paired_comparison
+
+    cands, frozen, protected = _margin_case()
+    cands = {"thin": _cand("query", cands["thin"][1].validation_values_, weight=0.25),
+             "clear": _cand("dual", cands["clear"][1].validation_values_, weight=2.0),
+             "safe": _cand("shared", cands["safe"][1].validation_values_, weight=0.0)}
+    out = choose_deployment(cands, frozen, protected, seed=7)
+    for name, (ad, mem) in cands.items():
+        rec, v = out["candidates"][name], mem.validation_values_
+        assert set(rec) == {"geometry", "validation_ndcg@10", "map_validation_ndcg@10", "memory_weight",
+                            "protected_diff", "protected_se", "protected_ci_low", "protected_ci_high", "feasible"}
+        assert rec["geometry"] == ad.geometry_ and rec["memory_weight"] == mem.weight_
+        assert rec["validation_ndcg@10"] == pytest.approx(v.mean(), abs=1e-15)
+        assert rec["map_validation_ndcg@10"] == mem.map_validation_ndcg_
+        # the recorded interval: the paired bootstrap of the protected values, 2,000 draws, 95%, the caller's seed
+        want = paired_comparison(v[protected], frozen[protected], n_boot=2000, confidence=0.95, seed=7)
+        assert (rec["protected_ci_low"], rec["protected_ci_high"]) == (want.ci_low, want.ci_high)
+    thin = out["candidates"]["thin"]
+    assert thin["protected_ci_low"] < thin["protected_diff"] < thin["protected_ci_high"]
+    # no seed given: seed 0
+    rec0 = choose_deployment(cands, frozen, protected)["candidates"]["thin"]
+    want0 = paired_comparison(cands["thin"][1].validation_values_[protected], frozen[protected], n_boot=2000,
+                              confidence=0.95, seed=0)
+    assert (rec0["protected_ci_low"], rec0["protected_ci_high"]) == (want0.ci_low, want0.ci_high)
+    assert want0.ci_low != want.ci_low
+
+
+def test_a_protected_mask_of_zeros_and_ones_is_a_mask_not_row_numbers():
+    cands, frozen, protected = _margin_case()
+    as_bool = choose_deployment(cands, frozen, protected)
+    as_int = choose_deployment(cands, frozen, protected.astype(np.int64))
+    assert as_int["n_protected"] == 40 and as_int["choice"] == as_bool["choice"] == "clear"
+    assert as_int["candidates"]["thin"]["protected_diff"] == pytest.approx(0.007, abs=1e-12)
+    assert as_int["candidates"] == as_bool["candidates"]
+
+
+def test_the_rule_and_the_notes_in_full_words():
+    cands, frozen, protected = _margin_case()
+    assert choose_deployment(cands, frozen, protected)["rule"] == (
+        "highest validation NDCG@10 among the candidates whose protected gain is at least 0.5 standard errors")
+    assert choose_deployment(cands, frozen, protected, guard_margin=0)["rule"] == (
+        "highest validation NDCG@10 among the guarded candidates")
+    out = choose_deployment(*_guard_case(5))
+    assert out["rule"] == "highest validation NDCG@10 (no guard)"
+    assert out["note"] == ("deployment: only 5 validation queries have no training-positive document (< 32): the map "
+                           "is chosen on all validation queries without the unseen-document guard")
+    fz = np.full(50, 0.6)
+    prot = np.arange(50) < 40
+    out = choose_deployment({"worse": _cand("dual", fz + np.where(prot, -0.3, 0.4)),
+                             "less": _cand("query", fz + np.where(prot, -0.1, 0.1))}, fz, prot)
+    assert out["note"] == ("deployment: every candidate is below frozen on average on the document-disjoint "
+                           "validation queries; deploying 'less', the least harmful there")
+    with pytest.raises(ValueError, match=r"^candidates: expected at least one \(adapter, memory\) pair$"):
+        choose_deployment({}, np.ones(3), np.ones(3, dtype=bool))
+
+
+def test_a_protected_gain_of_exactly_zero_is_not_a_loss_when_no_candidate_passes():
+    # differences +-0.25 (exact in binary) on 40 protected queries: mean exactly 0, SE > 0, so the
+    # half-SE guard turns it away; it is deployed as the largest gain, not as "below frozen"
+    frozen = np.full(50, 0.5)
+    prot = np.arange(50) < 40
+    even = frozen + np.where(prot, np.where(np.arange(50) % 2 == 0, 0.25, -0.25), 0.3)
+    worse = frozen + np.where(prot, -0.1, 0.4)
+    out = choose_deployment({"worse": _cand("dual", worse), "even": _cand("query", even)}, frozen, prot)
+    assert out["candidates"]["even"]["protected_diff"] == 0.0 and out["candidates"]["even"]["protected_se"] > 0
+    assert out["choice"] == "even" and out["rule"] == "least harm on protected validation queries"
+    assert out["note"] == ("deployment: no candidate gains at least 0.5 standard errors over frozen on the "
+                           "document-disjoint validation queries; deploying 'even', the largest gain there")
+
+
+def test_a_blend_is_computed_in_float64_on_the_first_maps_device_and_without_a_history():
+    from asymgeo.adapters import Adapter
+    from asymgeo.adapters.workflow import _blend_query_maps
+
+    rng = np.random.default_rng(5)
+    p = 6
+    Wa = rng.normal(size=(p, p)).astype(np.float32)
+    Wb = rng.normal(size=(p, p)).astype(np.float32)
+    a = Adapter.from_maps(Wa, np.eye(p), geometry="query", device="cpu")
+    b = Adapter.from_maps(Wb, np.eye(p), geometry="query")
+    a.query_map_, b.query_map_ = Wa, Wb  # float32 checkpoints, as a trained map may hold them
+    del a.history_  # an adapter without a training history blends with an empty one
+    lam = 0.3
+    out = _blend_query_maps(a, b, lam)
+    want = 0.7 * Wa.astype(np.float64) + 0.3 * Wb.astype(np.float64)  # float64 arithmetic, by hand
+    np.testing.assert_allclose(out.query_map_, want, rtol=0, atol=1e-15)
+    assert out.device == "cpu" and out.history_ == [] and out.form == "augmented"

@@ -83,3 +83,10 @@ def test_fit_refuses_a_bad_max_validation_before_loading(shared_dir, tmp_path, c
     assert rc == 2
     assert "max_validation: expected a positive integer, got 0" in capsys.readouterr().err
     assert not (tmp_path / "ad").exists()
+
+
+def test_validation_subsample_of_one_query_is_allowed():
+    # the smallest subsample (the refusal is below 1, not at it), and all of them when there are exactly as many
+    one = validation_subsample(10, 1)
+    assert one.shape == (1,) and 0 <= int(one[0]) < 10 and one.dtype == np.int64
+    np.testing.assert_array_equal(validation_subsample(7, 7), np.arange(7))
