@@ -423,6 +423,16 @@ def test_evaluate_rebuilds_the_training_queries_and_splits_seen_unseen(fitted_di
                             cache_dir=shared_dir / "embeddings")
     assert res2.extra["generalisation"] is None
     assert any("cannot be rebuilt" in n for n in res2.extra["notes"])
+    # a record without its seeds (an adapter.json edited by hand, or written before they were recorded):
+    # the defaults, the split's default seed and subset seed 0, are what this fit used, so the ids agree
+    from asymgeo.data import DEFAULT_SPLIT_SEED
+
+    bare = tmp_path / "bare"
+    shutil.copytree(fitted_dir, bare)
+    cfg = json.loads((bare / "adapter.json").read_text())
+    assert (cfg["extra"]["split"].pop("seed"), cfg["extra"]["split"].pop("subset_seed")) == (DEFAULT_SPLIT_SEED, 0)
+    (bare / "adapter.json").write_text(json.dumps(cfg))
+    assert adapter_training_queries(load_adapter(bare), "scifact", data_dir=shared_dir / "data") == ids
 
 
 def test_fit_plot_and_bad_plot_name(shared_dir, tmp_path, capsys, monkeypatch):
@@ -689,6 +699,14 @@ def test_adapter_without_a_split_record_uses_the_default_split_seed(shared_dir, 
     assert adapter_training_queries(ad, "scifact", data_dir=shared_dir / "data") is None
     ad.metadata_ = {"dataset": "nfcorpus"}  # another dataset: nothing is known to be seen
     assert adapter_seen_queries(ad, "scifact", data_dir=shared_dir / "data") == set()
+    # an adapter built in Python, never saved or loaded, has no metadata_ at all: nothing is known either
+    from asymgeo.adapters.workflow import _split_record
+
+    fresh = Adapter.from_maps(rng.normal(size=(2, 384)), rng.normal(size=(2, 384)))
+    assert not hasattr(fresh, "metadata_")
+    assert adapter_seen_queries(fresh, "scifact", data_dir=shared_dir / "data") == set()
+    assert adapter_training_queries(fresh, "scifact", data_dir=shared_dir / "data") is None
+    assert _split_record(fresh) == {}
 
 
 def test_evaluate_an_adapter_that_records_no_dataset_scores_every_query(shared_dir, tmp_path, rng):
@@ -1090,3 +1108,31 @@ def test_fit_report_figures_equal_pytrec_eval_through_each_operator(shared_dir):
                                hard_negative_rows=tr.hard_negative_rows, validation_queries=d.V,
                                validation_relevance=d.validation)
     np.testing.assert_allclose(rep.baseline.operator_, base.operator_, atol=1e-12)
+
+
+def test_evaluate_refuses_a_memory_that_names_a_row_beyond_the_corpus(shared_dir, tmp_path, rng):
+    # #41 (mutation): the boundary is the corpus size itself, the first row that does not exist
+    import numpy as np
+
+    from asymgeo.adapters import save_adapter
+    from asymgeo.adapters.memory import DocumentMemory
+    from asymgeo.retrieval.memory import memory_table_from_pairs
+
+    n_docs = sum(1 for ln in (shared_dir / "data" / "scifact" / "corpus.jsonl").read_text().splitlines() if ln.strip())
+    assert n_docs == 5183  # the file, read here
+
+    def saved(row, name):
+        ad = Adapter.from_maps(0.01 * rng.normal(size=(2, 384)), 0.01 * rng.normal(size=(2, 384)), form="augmented")
+        keys = rng.normal(size=(1, 384)).astype(np.float32)
+        ad.memory_ = DocumentMemory.from_table(
+            memory_table_from_pairs(keys, np.array([0]), np.array([row])), threshold=0.5, weight=1.0)
+        return save_adapter(ad, tmp_path / name)
+
+    kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
+    out = saved(n_docs, "beyond")
+    with pytest.raises(ValueError) as err:
+        evaluate_adapter("scifact", "all-MiniLM-L6-v2", out, **kw)
+    assert str(err.value) == (f"{out}: the adapter's memory names corpus row 5183, beyond the 5,183 documents of "
+                              "scifact: another corpus")
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", saved(n_docs - 1, "last"), **kw)  # the last row is fine
+    assert res.extra["vs_frozen"]["ndcg@10"]["adapter"] >= 0
