@@ -63,6 +63,8 @@ def test_after_the_fallback_the_checkpoint_line_says_all_queries(capsys):
     ({"n_selection": 67, "n_validation": 162, "selection": "document_disjoint"},
      "67 document-disjoint validation queries (no relevant document is a training positive)"),
     ({"n_selection": 162, "n_validation": 162, "selection": "all"}, "all 162 validation queries"),
+    # a record written before n_selection and selection were recorded: the paper's protocol, all of them
+    ({"n_validation": 162}, "all 162 validation queries"),
     ({"n_selection": 324, "n_validation": 324, "selection": "document_disjoint", "selection_fallback": True},
      "all 324 validation queries (too few document-disjoint ones: the fallback of selection document_disjoint)"),
 ])

@@ -1136,3 +1136,30 @@ def test_evaluate_refuses_a_memory_that_names_a_row_beyond_the_corpus(shared_dir
                               "scifact: another corpus")
     res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", saved(n_docs - 1, "last"), **kw)  # the last row is fine
     assert res.extra["vs_frozen"]["ndcg@10"]["adapter"] >= 0
+
+
+def test_evaluate_counts_the_validation_queries_documents_as_seen_when_the_adapter_remembers(fitted_dir, shared_dir,
+                                                                                            tmp_path, rng):
+    # a memory holds the validation queries too (DocumentMemory.extend): their documents are seen documents,
+    # so the split is drawn over every query of qrels/train.tsv (train + validation), read here from the file
+    import numpy as np
+
+    from asymgeo.adapters import save_adapter
+    from asymgeo.adapters.memory import DocumentMemory
+    from asymgeo.retrieval.memory import memory_table_from_pairs
+
+    ad = load_adapter(fitted_dir)
+    ad.memory_ = DocumentMemory.from_table(
+        memory_table_from_pairs(rng.normal(size=(1, 384)).astype(np.float32), np.array([0]), np.array([0])),
+        threshold=0.9, weight=0.5)
+    out = save_adapter(ad, tmp_path / "remembering", extra=ad.metadata_["extra"])
+    res = evaluate_adapter("scifact", "all-MiniLM-L6-v2", out, data_dir=shared_dir / "data",
+                           cache_dir=shared_dir / "embeddings")
+    train = _tsv_qrels(shared_dir / "data" / "scifact" / "qrels" / "train.tsv")
+    every = {d for q in train for d, g in train[q].items() if g >= 1}
+    from asymgeo.adapters.workflow import adapter_training_queries
+
+    ids = adapter_training_queries(load_adapter(fitted_dir), "scifact", data_dir=shared_dir / "data")
+    only_train = {d for q in ids for d, g in train[q].items() if g >= 1}
+    assert len(only_train) < len(every)
+    assert res.extra["generalisation"]["n_seen_documents"] == len(every)
