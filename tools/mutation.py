@@ -47,7 +47,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                         "tests/adapters/test_joint_deployment.py",
                                                         "tests/adapters/test_document_memory.py",
                                                         "tests/adapters/test_max_validation.py",
-                                                        "tests/adapters/test_fit_messages.py"]),
+                                                        "tests/adapters/test_fit_messages.py",
+                                                        "tests/adapters/test_fit_memory_wiring.py"]),
 }
 
 STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "segfault", "not checked")

@@ -1,0 +1,105 @@
+"""fit_adapter's memory wiring (issue #41, survivors of the deadlock-free workflow mutation run):
+which validation queries are protected, which corpus rows a query's labels name, and that
+``fit_memory`` hands the guard its mask.  The world is built by hand so that the answer is
+known: half the validation queries want a training query's document (the memory helps), the
+other half a document no training query found (the memory can only hurt: protected)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from asymgeo._ids import IdIndex
+from asymgeo.adapters.memory import DocumentMemory
+from asymgeo.adapters.workflow import _relevant_rows, fit_memory, protected_validation
+from asymgeo.retrieval.metrics import RelevanceTable
+
+
+def _unit(A):
+    return (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _world(seed=0, p=16, N=200, n=60, half=40):
+    """``n`` training queries (noisy copies of their positive); ``2 * half`` validation queries, each a
+    near-duplicate of a training query: the first ``half`` want that query's document, the others a
+    document of their own placed near them (frozen finds it; the memory pulls the other one up)."""
+    rng = np.random.default_rng(seed)
+    C = _unit(rng.normal(size=(N, p)))
+    pos = rng.choice(N, size=n, replace=False)
+    X = _unit(C[pos] + 0.9 * rng.normal(size=(n, p)))
+    src = np.concatenate([np.arange(half), np.arange(half)]) % n
+    V = _unit(X[src] + 0.15 * rng.normal(size=(2 * half, p)))
+    own = [int(d) for d in rng.choice(np.setdiff1d(np.arange(N), pos), size=half, replace=False)]
+    for i, d in enumerate(own):
+        C[d] = _unit((V[half + i] + 0.6 * rng.normal(size=p))[None])[0]
+    vrel = [{int(pos[src[i]])} for i in range(half)] + [{own[i]} for i in range(half)]
+    cids = [f"d{j}" for j in range(N)]
+    train_ids = [f"t{i}" for i in range(n)]
+    val_ids = [f"v{i}" for i in range(2 * half)]
+    qrels = {t: {f"d{int(pos[i])}": 1} for i, t in enumerate(train_ids)}
+    qrels.update({v: {f"d{d}": 1 for d in vrel[i]} for i, v in enumerate(val_ids)})
+    table = RelevanceTable({v: qrels[v] for v in val_ids}, val_ids, cids)
+    d = SimpleNamespace(corpus=C, V=V, validation=table, qrels=qrels, corpus_ids=cids)
+    mask = np.arange(2 * half) >= half  # by construction: the second half's documents no training query found
+    return d, train_ids, X, [{int(p_)} for p_ in pos], mask
+
+
+def test_protected_validation_is_the_queries_whose_documents_no_training_query_found():
+    d, train_ids, _, _, mask = _world()
+    got = protected_validation(d, train_ids)
+    assert got.dtype == bool
+    np.testing.assert_array_equal(got, mask)
+    # every validation query is protected against an empty training set, none against every query
+    assert protected_validation(d, []).all()
+    assert not protected_validation(d, train_ids + list(d.validation.query_ids)).any()
+
+
+def test_fit_memory_guards_the_document_disjoint_validation_queries():
+    d, train_ids, X, rel, mask = _world()
+    mem = fit_memory(d, train_ids, X, rel, None, corpus_ids=d.corpus_ids, extend=False)
+    want = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                protected=mask, corpus_ids=d.corpus_ids)
+    assert (mem.threshold_, mem.weight_) == (want.threshold_, want.weight_)
+    assert mem.n_protected_ == int(mask.sum()) == 40 and mem.protected_diff_ >= 0
+    # the mask matters here: unguarded, or guarding the other half, another gate is chosen
+    free = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                corpus_ids=d.corpus_ids)
+    other = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                 protected=~mask, corpus_ids=d.corpus_ids)
+    assert (free.threshold_, free.weight_) != (mem.threshold_, mem.weight_)
+    assert (other.threshold_, other.weight_) != (mem.threshold_, mem.weight_)
+    assert mem.table_.n_keys == len(train_ids)  # extend=False: the training keys alone
+
+
+def test_fit_memory_scores_on_top_of_the_map_it_is_given():
+    d, train_ids, X, rel, mask = _world()
+    R = np.random.default_rng(9).normal(size=(16, 4))
+    M = np.eye(16) + 0.5 * R @ R.T  # a map that reorders the frozen ranking
+    mem = fit_memory(d, train_ids, X, rel, M, corpus_ids=d.corpus_ids, extend=False)
+    want = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                protected=mask, operator=M, corpus_ids=d.corpus_ids)
+    frozen = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                  protected=mask, corpus_ids=d.corpus_ids)
+    assert mem.map_validation_ndcg_ == want.map_validation_ndcg_ != frozen.map_validation_ndcg_
+    assert (mem.threshold_, mem.weight_, mem.validation_ndcg_) == (want.threshold_, want.weight_,
+                                                                     want.validation_ndcg_)
+
+
+def test_fit_memory_extends_its_keys_with_the_validation_queries_when_it_is_kept():
+    d, train_ids, X, rel, _ = _world()
+    mem = fit_memory(d, train_ids, X, rel, None, corpus_ids=d.corpus_ids)
+    assert mem.weight_ > 0
+    assert mem.table_.n_keys == len(train_ids) + d.V.shape[0]
+    np.testing.assert_array_equal(mem.table_.keys[len(train_ids):], d.V)
+
+
+@pytest.mark.parametrize("index", [False, True], ids=["list", "IdIndex"])
+def test_relevant_rows_keeps_grades_above_zero_and_corpus_row_zero(index):
+    cids = [f"d{j}" for j in range(6)]
+    qrels = {"a": {"d0": 1, "d5": 2, "d3": 0, "gone": 1}, "zero": {"d2": 0}, "empty": {}}
+    d = SimpleNamespace(corpus_ids=IdIndex(cids) if index else cids, qrels=qrels)
+    # by hand: row 0 is a document like any other; grade 0 is not relevant; unknown ids are skipped;
+    # a query without any (or without a listed) label names no row
+    assert _relevant_rows(d, ["a", "zero", "empty", "unlisted"]) == [{0, 5}, set(), set(), set()]
