@@ -21,15 +21,18 @@ def _unit(A):
     return (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)
 
 
-def _world(seed=0, p=16, N=200, n=60, half=40):
+def _world(seed=0, p=16, N=200, n=60, half=40, pairs=False):
     """``n`` training queries (noisy copies of their positive); ``2 * half`` validation queries, each a
     near-duplicate of a training query: the first ``half`` want that query's document, the others a
-    document of their own placed near them (frozen finds it; the memory pulls the other one up)."""
+    document of their own placed near them (frozen finds it; the memory pulls the other one up).
+    ``pairs``: the first half come two by two from the same training query (so they want the same
+    document, and each remembers the other's once the validation queries are keys)."""
     rng = np.random.default_rng(seed)
     C = _unit(rng.normal(size=(N, p)))
     pos = rng.choice(N, size=n, replace=False)
     X = _unit(C[pos] + 0.9 * rng.normal(size=(n, p)))
-    src = np.concatenate([np.arange(half), np.arange(half)]) % n
+    first = np.arange(half) // 2 if pairs else np.arange(half)
+    src = np.concatenate([first, np.arange(half)]) % n
     V = _unit(X[src] + 0.15 * rng.normal(size=(2 * half, p)))
     own = [int(d) for d in rng.choice(np.setdiff1d(np.arange(N), pos), size=half, replace=False)]
     for i, d in enumerate(own):
@@ -103,3 +106,23 @@ def test_relevant_rows_keeps_grades_above_zero_and_corpus_row_zero(index):
     # by hand: row 0 is a document like any other; grade 0 is not relevant; unknown ids are skipped;
     # a query without any (or without a listed) label names no row
     assert _relevant_rows(d, ["a", "zero", "empty", "unlisted"]) == [{0, 5}, set(), set(), set()]
+
+
+def test_fit_memory_leave_one_out_scores_against_the_keys_the_deployed_memory_holds():
+    d, train_ids, X, rel, mask = _world(pairs=True)
+    R = np.random.default_rng(4).normal(size=(16, 3))
+    M = np.eye(16) + 0.3 * R @ R.T
+    mem = fit_memory(d, train_ids, X, rel, M, corpus_ids=d.corpus_ids, extend=False, leave_one_out=True)
+    val_rows = [{int(r[1:]) for r in d.qrels[v]} for v in d.validation.query_ids]  # "d17" -> row 17, by hand
+    want = DocumentMemory().fit(X, rel, d.corpus, validation_queries=d.V, validation_relevance=d.validation,
+                                validation_rows=val_rows, operator=M, corpus_ids=d.corpus_ids)
+    assert mem.leave_one_out_ and want.leave_one_out_
+    assert (mem.threshold_, mem.weight_, mem.validation_ndcg_, mem.map_validation_ndcg_) == (
+        want.threshold_, want.weight_, want.validation_ndcg_, want.map_validation_ndcg_)
+    np.testing.assert_array_equal(mem.protected_, want.protected_)
+    assert mem.table_.n_keys == len(train_ids)
+    # paired validation queries remember each other's document once both are keys: scored that way,
+    # the same grid gives another answer than the default's (training keys alone)
+    default = fit_memory(d, train_ids, X, rel, M, corpus_ids=d.corpus_ids, extend=False)
+    assert not default.leave_one_out_
+    assert (default.threshold_, default.validation_ndcg_) != (mem.threshold_, mem.validation_ndcg_)
