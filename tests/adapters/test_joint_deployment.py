@@ -145,8 +145,24 @@ def joint_report(shared_dir):
     from asymgeo.adapters.workflow import fit_adapter
 
     kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
-    return fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120, epochs=1,
-                       learning_rates=(1e-3,), report=False, **kw)
+    import time
+
+    t0 = time.perf_counter()
+    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120, epochs=1,
+                      learning_rates=(1e-3,), report=False, **kw)
+    rep.measured_wall = time.perf_counter() - t0  # for the accounting test below
+    return rep
+
+
+def test_the_stage_seconds_add_up_to_the_call(joint_report):
+    # metrics["seconds"]: each stage's wall time, laps from the call's start to its end, so they are
+    # non-negative and together make up the call (not a speed check: the bookkeeping of the laps)
+    secs = joint_report.metrics["seconds"]
+    assert {"load and mine", "selection", "closed form", "figures and memory"} <= set(secs)
+    assert all(v >= 0 for v in secs.values())
+    # a stage met twice adds its laps (selection runs between every training): the laps cover all but the
+    # call's first and last few statements (0.99 of it here)
+    assert 0.9 * joint_report.measured_wall <= sum(secs.values()) <= joint_report.measured_wall + 0.01
 
 
 def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report, shared_dir):

@@ -612,6 +612,17 @@ def test_fit_adapter_refuses_unknown_choices_before_loading_anything(tmp_path):
         fit_adapter("scifact", "all-MiniLM-L6-v2", memory="always", data_dir=tmp_path)
     with pytest.raises(ValueError, match="^candidates: expected one of 'joint', 'family', got 'every'$"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", candidates="every", data_dir=tmp_path)
+    # geometry="query" needs the augmented form: refused first; with it, the check lets the call through
+    # to loading (which then fails on the missing folder, not on the form)
+    with pytest.raises(ValueError, match=r"^form: geometry='query' \(a p x p map on queries from the identity\) "
+                                         r"needs form='augmented'$"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="query", form="projection", data_dir=tmp_path)
+    with pytest.raises((ValueError, FileNotFoundError)) as err:
+        fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="query", form="augmented", data_dir=tmp_path)
+    assert not str(err.value).startswith("form")
+    # a bad validation_pool is named before any data is read (the folder does not exist)
+    with pytest.raises(ValueError, match=r"^validation_pool: expected 'auto', 'none' or an integer >= 10"):
+        fit_adapter("scifact", "all-MiniLM-L6-v2", validation_pool=3, data_dir=tmp_path)
     with pytest.raises(ValueError, match="selector: expected one of 'cars', 'sure', 'anisotropic', 'cv', 'cv0', "
                                          "'cvx', 'cvp', 'bsure', 'pairwise', 'ranking', 'validation', got 'magic'"):
         fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", selector="magic", data_dir=tmp_path)
