@@ -126,3 +126,39 @@ def test_fit_memory_leave_one_out_scores_against_the_keys_the_deployed_memory_ho
     default = fit_memory(d, train_ids, X, rel, M, corpus_ids=d.corpus_ids, extend=False)
     assert not default.leave_one_out_
     assert (default.threshold_, default.validation_ndcg_) != (mem.threshold_, mem.validation_ndcg_)
+
+
+def _ndcg10(ranked, relevant):
+    dcg = sum(1.0 / np.log2(i + 2) for i, doc in enumerate(ranked[:10]) if int(doc) in relevant)
+    return dcg / sum(1.0 / np.log2(i + 2) for i in range(min(10, len(relevant))))
+
+
+@pytest.mark.parametrize("remembers", [False, True], ids=["map", "map+memory"])
+def test_adapter_ndcg_scores_what_the_adapter_deploys_by_brute_force(remembers):
+    from asymgeo.adapters import Adapter
+    from asymgeo.adapters.workflow import _adapter_ndcg
+
+    d, train_ids, X, rel, mask = _world(p=8)  # p < 10: the search depth is the corpus size's, not p's
+    rng = np.random.default_rng(2)
+    A, B = 0.3 * rng.normal(size=(2, 8)), 0.3 * rng.normal(size=(2, 8))
+    ad = Adapter.from_maps(A, B, form="augmented")
+    M = np.eye(8) + A.T @ B
+    S = d.V.astype(np.float64) @ M @ d.corpus.T.astype(np.float64)
+    if remembers:
+        ad.memory_ = fit_memory(d, train_ids, X, rel, ad.operator_, corpus_ids=d.corpus_ids, extend=False)
+        assert ad.memory_.active
+        tau, alpha = ad.memory_.threshold_, ad.memory_.weight_
+        for doc in {r for rs in rel for r in rs}:  # the boost, written out: alpha max(0, x.q - tau) / (1 - tau)
+            finders = [j for j, rs in enumerate(rel) if doc in rs]
+            S[:, doc] += alpha * (np.maximum(d.V @ X[finders].T - tau, 0) / (1 - tau)).max(axis=1)
+    order = np.lexsort((np.broadcast_to(np.arange(S.shape[1]), S.shape), -S), axis=-1)
+    vrel = [{int(x[1:]) for x in d.qrels[v]} for v in d.validation.query_ids]
+    want = np.array([_ndcg10(order[i], vrel[i]) for i in range(len(vrel))])
+    got = _adapter_ndcg(d.V, d.validation, d.corpus, ad, d.corpus_ids)
+    np.testing.assert_allclose(got, want, atol=1e-9)
+
+
+def test_a_missing_figure_is_recorded_as_nan():
+    from asymgeo.adapters.workflow import _num
+
+    assert np.isnan(_num(None)) and _num(2) == 2.0 and isinstance(_num(np.float32(0.5)), float)
