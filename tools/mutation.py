@@ -48,7 +48,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                         "tests/adapters/test_document_memory.py",
                                                         "tests/adapters/test_max_validation.py",
                                                         "tests/adapters/test_fit_messages.py",
-                                                        "tests/adapters/test_fit_memory_wiring.py"]),
+                                                        "tests/adapters/test_fit_memory_wiring.py",
+                                                        "tests/adapters/test_n_train_mining.py"]),
 }
 
 STATUSES = ("killed", "survived", "no tests", "timeout", "suspicious", "skipped", "segfault", "not checked")

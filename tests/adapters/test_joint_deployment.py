@@ -163,6 +163,7 @@ def test_the_stage_seconds_add_up_to_the_call(joint_report):
     # a stage met twice adds its laps (selection runs between every training): the laps cover all but the
     # call's first and last few statements (0.99 of it here)
     assert 0.9 * joint_report.measured_wall <= sum(secs.values()) <= joint_report.measured_wall + 0.01
+    assert joint_report.metrics["mining"] == {"index": "exact"}  # the default mining, recorded
 
 
 def test_fit_decides_the_deployed_whole_among_family_and_query_maps(joint_report, shared_dir):
