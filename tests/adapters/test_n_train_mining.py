@@ -48,9 +48,18 @@ def test_n_train_mines_only_the_subset_and_the_subset_is_unchanged(shared_dir, t
 
 
 def test_fit_mining_ivf_reports_its_recall(shared_dir, tmp_path, monkeypatch, capsys):
+    from asymgeo.adapters import workflow
     from asymgeo.cli import main
 
     monkeypatch.setenv("ASYMGEO_TRIPLES_DIR", str(tmp_path / "triples"))
+    asked = []
+    real = workflow.load_adaptation_data
+
+    def spy(*a, **k):  # the training triples are mined with the index asked for, not only the recall record
+        asked.append(k.get("mining"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(workflow, "load_adaptation_data", spy)
     rc = main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--geometry", "shared", "--rank", "4",
                "--n-train", "60", "--epochs", "1", "--learning-rates", "1e-3", "--memory", "none", "--mining", "ivf",
                "--out", str(tmp_path / "ad"), "--data-dir", str(shared_dir / "data"),
@@ -61,6 +70,7 @@ def test_fit_mining_ivf_reports_its_recall(shared_dir, tmp_path, monkeypatch, ca
     m = json.loads(capsys.readouterr().out)["mining"]
     assert m["index"] == "ivf" and m["n_queries"] == 60 and m["k"] == 8
     assert 0.0 < m["recall"] <= 1.0
+    assert asked == ["ivf"]
 
 
 def test_select_n_train_mines_only_its_subset_and_matches_fits_subset(shared_dir, tmp_path, monkeypatch, capsys,
