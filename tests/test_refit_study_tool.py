@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,20 @@ def test_values_of_different_lengths_are_refused_by_encoder_and_seed():
            "deployed_test": [0.5] * 4, "refitted": False}
     with pytest.raises(ValueError, match="e seed 3: per-query values of different lengths"):
         tool.summarise([rec])
+
+
+def test_a_bad_study_file_is_named_with_its_line(tmp_path, capsys):
+    good = {"dataset": "d", "encoder": "e", "seed": 0, "frozen_test": [0.5], "deployed_test": [0.6], "unseen_rows": []}
+    f = tmp_path / "s.jsonl"
+    f.write_text(json.dumps(good) + "\n{not json\n")
+    assert tool._main(["--summary", str(f)]) == 2
+    assert capsys.readouterr().err.strip() == (f"refit_study: {f}:2: not a JSON record (Expecting property name "
+                                               "enclosed in double quotes, column 2)")
+    f.write_text(json.dumps({k: v for k, v in good.items() if k != "deployed_test"}) + "\n")
+    assert tool._main(["--summary", str(f)]) == 2
+    assert "s.jsonl:1: not a refit study record (missing deployed_test)" in capsys.readouterr().err
+    assert tool._main(["--summary", str(tmp_path / "none.jsonl")]) == 2
+    assert "none.jsonl: cannot read the study file" in capsys.readouterr().err
+    f.write_text(json.dumps(good) + "\n")
+    assert tool._main(["--summary", str(f)]) == 0
+    assert "d e (1 seeds): default +0.1000 / +nan" in capsys.readouterr().out

@@ -102,6 +102,11 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
     return out
 
 
+def _unseen_mean(x: np.ndarray, rows: np.ndarray) -> float:
+    """Mean over the unseen-document rows; nan when there are none (NFCorpus has none)."""
+    return float(x[rows].mean()) if rows.size else float("nan")
+
+
 def summarise(records: list[dict]) -> list[dict]:
     """Per dataset x encoder: mean test gain over frozen (all queries, unseen-document queries) of
     the default and of the refit, over the seeds; a record not refitted counts with the default's values."""
@@ -113,13 +118,39 @@ def summarise(records: list[dict]) -> list[dict]:
             raise ValueError(f"{r['encoder']} seed {r['seed']}: per-query values of different lengths")
         u = np.asarray(r["unseen_rows"], dtype=np.int64)
         by.setdefault((r["dataset"], r["encoder"]), []).append(
-            ((dep - f).mean(), (dep - f)[u].mean(), (ref - f).mean(), (ref - f)[u].mean()))
+            ((dep - f).mean(), _unseen_mean(dep - f, u), (ref - f).mean(), _unseen_mean(ref - f, u)))
     rows = []
     for (ds, enc), v in sorted(by.items()):
         a = np.asarray(v)
         rows.append({"dataset": ds, "encoder": enc, "seeds": len(v), "default_all": a[:, 0].mean(),
                      "default_unseen": a[:, 1].mean(), "refit_all": a[:, 2].mean(), "refit_unseen": a[:, 3].mean()})
     return rows
+
+
+def read_records(paths: list[str]) -> list[dict]:
+    """The study's records (one JSON object per line); ``ValueError`` naming the file and line of a
+    file that cannot be read, a damaged line, or a record without the fields :func:`summarise` reads."""
+    recs = []
+    for path in paths:
+        try:
+            lines = open(path, encoding="utf-8").read().splitlines()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read the study file ({exc.strerror or exc})") from None
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{i}: not a JSON record ({exc.msg}, column {exc.colno})") from None
+            need = ("dataset", "encoder", "seed", "frozen_test", "deployed_test", "unseen_rows")
+            missing = [k for k in need if not isinstance(rec, dict) or k not in rec]
+            if missing:
+                raise ValueError(f"{path}:{i}: not a refit study record (missing {', '.join(missing)})")
+            recs.append(rec)
+    if not recs:
+        raise ValueError(f"{', '.join(paths)}: no study records")
+    return recs
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -133,8 +164,12 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", nargs="+", metavar="FILE")
     a = ap.parse_args(argv)
     if a.summary:
-        recs = [json.loads(line) for p in a.summary for line in open(p, encoding="utf-8") if line.strip()]
-        for r in summarise(recs):
+        try:
+            rows = summarise(read_records(a.summary))
+        except ValueError as exc:
+            print(f"refit_study: {exc}", file=sys.stderr)
+            return 2
+        for r in rows:
             print(f"{r['dataset']} {r['encoder']} ({r['seeds']} seeds): default {r['default_all']:+.4f} / "
                   f"{r['default_unseen']:+.4f}, refit {r['refit_all']:+.4f} / {r['refit_unseen']:+.4f} "
                   "(all / unseen-document test queries, gain over frozen)")
