@@ -20,8 +20,12 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: run as a script or loaded by path
+from study_records import read_jsonl_records  # noqa: E402
 
 
 def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) -> dict:
@@ -68,25 +72,9 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
 
 
 def read_records(path: str) -> list[dict]:
-    """The study's records, one JSON object per line; ``ValueError`` naming the file and line
-    of a missing file, a damaged line or a record without the study's fields."""
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the study file ({exc.strerror or exc})") from None
-    recs = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{i}: not a JSON record ({exc.msg}, column {exc.colno})") from None
-        missing = [k for k in ("dataset", "encoder", "frozen_val", "frozen_test", "unseen_rows", "variants")
-                   if not isinstance(rec, dict) or k not in rec]
-        if missing:
-            raise ValueError(f"{path}:{i}: not a study record (missing {', '.join(missing)})")
-        recs.append(rec)
+    """The study's records, one JSON object per line; ``ValueError`` naming the file and line of a
+    missing file, a damaged line or a record without the study's fields."""
+    recs = read_jsonl_records(path, ("dataset", "encoder", "frozen_val", "frozen_test", "unseen_rows", "variants"))
     if not recs:
         raise ValueError(f"{path}: no study records")
     return recs

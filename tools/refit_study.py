@@ -23,9 +23,13 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: run as a script or loaded by path
+from study_records import read_jsonl_records  # noqa: E402
 
 
 def refit_plan(choice: str, maps: Mapping[str, Any]) -> tuple[list[str], float | None] | None:
@@ -130,24 +134,8 @@ def summarise(records: list[dict]) -> list[dict]:
 def read_records(paths: list[str]) -> list[dict]:
     """The study's records (one JSON object per line); ``ValueError`` naming the file and line of a
     file that cannot be read, a damaged line, or a record without the fields :func:`summarise` reads."""
-    recs = []
-    for path in paths:
-        try:
-            lines = open(path, encoding="utf-8").read().splitlines()
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read the study file ({exc.strerror or exc})") from None
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{i}: not a JSON record ({exc.msg}, column {exc.colno})") from None
-            need = ("dataset", "encoder", "seed", "frozen_test", "deployed_test", "unseen_rows")
-            missing = [k for k in need if not isinstance(rec, dict) or k not in rec]
-            if missing:
-                raise ValueError(f"{path}:{i}: not a refit study record (missing {', '.join(missing)})")
-            recs.append(rec)
+    need = ("dataset", "encoder", "seed", "frozen_test", "deployed_test", "unseen_rows")
+    recs = [r for path in paths for r in read_jsonl_records(path, need, "refit study record")]
     if not recs:
         raise ValueError(f"{', '.join(paths)}: no study records")
     return recs
