@@ -72,3 +72,16 @@ def test_a_bad_study_file_is_named_with_its_line(tmp_path, capsys):
     f.write_text(json.dumps(good) + "\n")
     assert tool._main(["--summary", str(f)]) == 0
     assert "d e (1 seeds): default +0.1000 / +nan" in capsys.readouterr().out
+
+
+def test_an_unknown_dataset_is_one_line_and_keeps_the_records_already_written(tmp_path, capsys):
+    out = tmp_path / "refit.jsonl"
+    out.write_text('{"kept": 1}\n')
+    assert tool._main(["no-such-dataset", "all-MiniLM-L6-v2", "--seeds", "0", "--out", str(out),
+                       "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("refit_study: dataset 'no-such-dataset': no folder") and "\n" not in err
+    assert out.read_text() == '{"kept": 1}\n'
+    fresh = tmp_path / "new.jsonl"
+    assert tool._main(["no-such-dataset", "all-MiniLM-L6-v2", "--out", str(fresh), "--data-dir", str(tmp_path)]) == 2
+    assert not fresh.exists()  # nothing computed, nothing written

@@ -164,10 +164,14 @@ def _main(argv: list[str] | None = None) -> int:
         return 0
     if not (a.dataset and a.encoder):
         ap.error("give DATASET ENCODER, or --summary FILE")
-    with open(a.out, "a", encoding="utf-8") as fh:
-        for s in a.seeds:
-            fh.write(json.dumps(study(a.dataset, a.encoder, s, a.data_dir, a.cache_dir)) + "\n")
-            fh.flush()
+    try:
+        for s in a.seeds:  # each record appended once computed: records already there are kept
+            line = json.dumps(study(a.dataset, a.encoder, s, a.data_dir, a.cache_dir)) + "\n"
+            with open(a.out, "a", encoding="utf-8") as fh:
+                fh.write(line)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        print(f"refit_study: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
