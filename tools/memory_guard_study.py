@@ -27,6 +27,26 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: run as a script or loaded by path
 from study_records import read_jsonl_records  # noqa: E402
 
+#: validation metrics at depth recorded per candidate (``val_deep``) for the guard replays of ``--deep``
+DEEP_METRICS = ("ndcg@100", "ndcg@1000", "mrr@1000")
+#: guard margins (paired standard errors) the ``--deep`` replays try
+DEEP_MARGINS = (0.0, 0.25, 0.5, 0.75)
+
+
+def _deep_values(queries: np.ndarray, table, corpus: np.ndarray, adapter, corpus_ids) -> dict[str, list[float]]:
+    """Per-query :data:`DEEP_METRICS` of what ``adapter`` deploys (map plus memory; None: frozen)."""
+    from asymgeo.retrieval.metrics import evaluate_indices
+    from asymgeo.retrieval.search import exact_search, search_trec_order
+
+    k = min(1000, corpus.shape[0])
+    if adapter is None:
+        idx = (search_trec_order(queries, corpus, k, corpus_ids).indices if corpus_ids is not None else
+               exact_search(queries, corpus, k, progress=None).indices)
+    else:
+        _, idx = adapter.search(queries, corpus, k, corpus_ids=corpus_ids)
+    res = evaluate_indices(idx, table, list(DEEP_METRICS)).per_query
+    return {m: np.asarray(res[m], dtype=float).tolist() for m in DEEP_METRICS}
+
 
 def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) -> dict:
     import torch
@@ -49,6 +69,7 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
     fv = wf._per_query_ndcg(d.V, d.validation, d.corpus, None, cids)
     val_rows = wf._relevant_rows(d, val_ids)
     out: dict = {"dataset": dataset, "encoder": encoder, "seed": seed, "frozen_val": fv.tolist(),
+                 "frozen_val_deep": _deep_values(d.V, d.validation, d.corpus, None, cids),
                  "frozen_test": frozen.tolist(), "unseen_rows": sorted(pos[q] for q in unseen), "variants": {}}
     for loo in (False, True):
         mems = {n: wf.fit_memory(d, tr.query_ids, tr.X, d.relevant, a.operator_, corpus_ids=cids, extend=False,
@@ -58,6 +79,11 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
         cands = {}
         for n, a in rep.joint.items():
             m = mems[n]
+            deep = None
+            if not loo:  # what the guard sees: the memory on training keys only
+                kept, a.memory_ = a.memory_, (m if m.active else None)
+                deep = _deep_values(d.V, d.validation, d.corpus, a, cids)
+                a.memory_ = kept
             if m.weight_ > 0:
                 m.extend(d.V, val_rows)
             kept, a.memory_ = a.memory_, (m if m.active else None)
@@ -65,6 +91,8 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
             a.memory_ = kept
             cands[n] = {"val_values": m.validation_values_.tolist(), "test_values": v.tolist(),
                         "threshold": m.threshold_, "weight": m.weight_}
+            if deep is not None:
+                cands[n]["val_deep"] = deep
         out["variants"]["leave_one_out" if loo else "train_keys"] = {
             "choice": choice["choice"], "protected": [bool(x) for x in prot], "candidates": cands}
     out["seconds"] = time.time() - t0
@@ -158,6 +186,43 @@ def summary(path: str) -> None:
                       f"chosen: {', '.join(x[0] for x in rows)}")
 
 
+def replay_deep(rec: dict, metric: str, margin: float) -> str:
+    """The default rule (training-key memories) with its guard read on ``metric``: the highest
+    validation NDCG@10 among the candidates whose protected gain over frozen in ``metric`` is at
+    least ``margin`` paired standard errors (``"ndcg@10"``: :func:`replay` with ``"max"``)."""
+    v = rec["variants"]["train_keys"]
+    prot = np.asarray(v["protected"], dtype=bool)
+    if metric == "ndcg@10":
+        guard = {n: np.asarray(c["val_values"]) for n, c in v["candidates"].items()}
+        fz = np.asarray(rec["frozen_val"])
+    else:
+        guard = {n: np.asarray(c["val_deep"][metric]) for n, c in v["candidates"].items()}
+        fz = np.asarray(rec["frozen_val_deep"][metric])
+    feasible = _guarded(guard, fz, prot, margin)
+    return max(feasible, key=lambda n: np.mean(v["candidates"][n]["val_values"]))
+
+
+def deep_summary(path: str) -> None:
+    """The guard read on each of :data:`DEEP_METRICS` (and NDCG@10) at each of :data:`DEEP_MARGINS`:
+    test gain over frozen on all and on unseen-document queries, mean over the seeds."""
+    recs = [r for r in read_records(path) if "frozen_val_deep" in r]
+    if not recs:
+        raise ValueError(f"{path}: no record carries the validation figures at depth (re-run the study)")
+    by: dict[tuple[str, str, str, float], list] = {}
+    for r in recs:
+        f, u = np.asarray(r["frozen_test"]), np.asarray(r["unseen_rows"], dtype=np.int64)
+        for metric in ("ndcg@10", *DEEP_METRICS):
+            for margin in DEEP_MARGINS:
+                n = replay_deep(r, metric, margin)
+                t = np.asarray(r["variants"]["train_keys"]["candidates"][n]["test_values"])
+                by.setdefault((r["dataset"], r["encoder"], metric, margin), []).append(
+                    (n, (t - f).mean(), (t - f)[u].mean()))
+    for (ds, enc, metric, margin), rows in sorted(by.items()):
+        print(f"guard on {metric:9s} {margin:g} SE, {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, "
+              f"unseen-doc {np.mean([x[2] for x in rows]):+.4f} over {len(rows)} seeds; "
+              f"chosen: {', '.join(x[0] for x in rows)}")
+
+
 #: guard margins (paired standard errors of the protected gain) the routed replay tries
 ROUTING_MARGINS = (0.0, 0.25, 0.75)
 
@@ -212,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="memory_guard_study.jsonl")
     ap.add_argument("--summary", metavar="JSONL")
     ap.add_argument("--routing", action="store_true", help="with --summary: also replay routed query maps")
+    ap.add_argument("--deep", action="store_true",
+                    help="with --summary: only replay the guard read on the validation figures at depth")
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--cache-dir", default="../shared/embeddings")
     a = ap.parse_args(argv)
@@ -221,6 +288,13 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             print(f"memory_guard_study: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+        if a.deep:
+            try:
+                deep_summary(a.summary)
+            except ValueError as exc:
+                print(f"memory_guard_study: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
+            return
         summary(a.summary)
         candidates(a.summary)
         if a.routing:
