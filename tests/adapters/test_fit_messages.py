@@ -67,6 +67,14 @@ def test_after_the_fallback_the_checkpoint_line_says_all_queries(capsys):
     ({"n_validation": 162}, "all 162 validation queries"),
     ({"n_selection": 324, "n_validation": 324, "selection": "document_disjoint", "selection_fallback": True},
      "all 324 validation queries (too few document-disjoint ones: the fallback of selection document_disjoint)"),
+    # neither count recorded: no placeholder in the sentence
+    ({}, "all validation queries"),
+    ({"selection": "document_disjoint"},
+     "document-disjoint validation queries (no relevant document is a training positive)"),
+    ({"selection": "document_disjoint", "selection_fallback": True},
+     "all validation queries (too few document-disjoint ones: the fallback of selection document_disjoint)"),
+    ({"n_selection": 100, "n_validation": 162, "selection": "all"}, "100 of the 162 validation queries (all)"),
+    ({"n_selection": 100, "selection": "all"}, "100 validation queries (all)"),
 ])
 def test_selection_phrase(metrics, want):
     assert selection_phrase(metrics) == want

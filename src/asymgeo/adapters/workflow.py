@@ -475,15 +475,20 @@ def selection_phrase(metrics: dict[str, Any]) -> str:
     """The validation queries that chose the checkpoint, in words: ``"67 document-disjoint validation
     queries"``, ``"all 162 validation queries"``, or, when ``document_disjoint`` fell back (too few
     such queries), ``"all 324 validation queries (too few document-disjoint ones: the fallback of
-    selection document_disjoint)"``."""
-    n = metrics.get("n_selection", metrics.get("n_validation", "?"))
+    selection document_disjoint)"``.  A record with neither count (``n_selection``, ``n_validation``)
+    names the queries without one (``"all validation queries"``)."""
+    n = metrics.get("n_selection", metrics.get("n_validation"))
+    count = "" if n is None else f"{n} "
     sel = metrics.get("selection", "all")
     if metrics.get("selection_fallback"):
-        return (f"all {n} validation queries (too few document-disjoint ones: the fallback of selection "
+        return (f"all {count}validation queries (too few document-disjoint ones: the fallback of selection "
                 f"{sel})")
     if sel == "document_disjoint":
-        return f"{n} document-disjoint validation queries (no relevant document is a training positive)"
-    return f"all {n} validation queries" if n == metrics.get("n_validation") else f"{n} {sel} validation queries"
+        return f"{count}document-disjoint validation queries (no relevant document is a training positive)"
+    if n is None or n == metrics.get("n_validation"):
+        return f"all {count}validation queries"
+    of = f" of the {metrics['n_validation']}" if metrics.get("n_validation") is not None else ""
+    return f"{n}{of} validation queries ({sel})"
 
 
 def document_disjoint_validation(d: AdaptationData, train_query_ids: Sequence[str]) -> tuple[np.ndarray, Any, str]:
