@@ -58,7 +58,7 @@ def study(dataset: str, encoder: str, seed: int, data_dir: str, cache_dir: str) 
     kw = {"data_dir": data_dir, "cache_dir": cache_dir}
     t0 = time.time()
     rep = wf.fit_adapter(dataset, encoder, geometry="auto", seed=seed, memory="auto", candidates="joint",
-                         report=False, **kw)
+                         report=False, guard_folds=1, **kw)  # the candidates; every guard is replayed below
     d = wf.load_adaptation_data(dataset, encoder, **kw)
     tr, cids = d.triples, d.corpus_ids or None
     frozen = wf._per_query_ndcg(d.T, d.test, d.corpus, None, cids)

@@ -51,8 +51,8 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
      "r in train_docs or holders[r] > 1", "r in train_docs",
      ["tests/adapters/test_document_memory.py", "-k", "leave_one_out"]),
     ("fit selects its checkpoint on the test split", "adapters/workflow.py",
-     "validation_queries=V if sel_V is None else sel_V,\n                       "
-     "validation_relevance=vtable if sel_table is None else sel_table)",
+     "validation_queries=V_ if sel_V is None else sel_V,\n                       "
+     "validation_relevance=vt_ if sel_table is None else sel_table)",
      "validation_queries=d.T if sel_V is None else sel_V,\n                       "
      "validation_relevance=d.test if sel_table is None else sel_table)",
      ["tests/adapters/test_planted_faults.py", "-k", "never_test"]),
@@ -63,6 +63,13 @@ FAULTS: list[tuple[str, str, str, str, list[str]]] = [
     ("the deployment guard ignores protected queries", "adapters/workflow.py",
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= guard_margin * rec["protected_se"])', 'rec["feasible"] = True',
      ["tests/adapters/test_joint_deployment.py", "-k", "best_validation or least_harmful"]),
+    ("the cross-fitted guard reads this split's protected queries alone", "adapters/workflow.py",
+     "            d = _pooled_differences(name, d, guard_differences, rec)\n", "            pass\n",
+     ["tests/adapters/test_joint_deployment.py", "-k", "pooled_differences_decide or crossfitted_blocks"]),
+    ("a cross-fitted guard block trains on its own validation queries", "adapters/workflow.py",
+     "train_k = [q for q in tr.query_ids if q not in held] + list(d.validation.query_ids)",
+     "train_k = list(tr.query_ids) + list(d.validation.query_ids)",
+     ["tests/adapters/test_joint_deployment.py", "-k", "crossfitted_blocks"]),
     ("the deployment guard ignores its margin", "adapters/workflow.py",
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= guard_margin * rec["protected_se"])',
      'rec["feasible"] = bool((not guard) or rec["protected_diff"] >= 0.0)',

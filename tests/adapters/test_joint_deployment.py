@@ -147,10 +147,24 @@ def joint_report(shared_dir):
     kw = dict(data_dir=shared_dir / "data", cache_dir=shared_dir / "embeddings")
     import time
 
+    import asymgeo.adapters.workflow as workflow
+
+    loads = []  # every split the fit loads: its own, then the cross-fitted guard's blocks
+    real_load = workflow.load_adaptation_data
+
+    def spy_load(*args, **kwargs):
+        d = real_load(*args, **kwargs)
+        loads.append({"split": kwargs.get("split"), "train": list(d.triples.query_ids),
+                      "validation": list(d.validation.query_ids), "cache": kwargs.get("triples_cache", True)})
+        return d
+
     t0 = time.perf_counter()
-    rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120, epochs=1,
-                      learning_rates=(1e-3,), report=False, **kw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow, "load_adaptation_data", spy_load)
+        rep = fit_adapter("scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120, epochs=1,
+                          learning_rates=(1e-3,), report=False, **kw)
     rep.measured_wall = time.perf_counter() - t0  # for the accounting test below
+    rep.loads = loads
     return rep
 
 
@@ -234,10 +248,14 @@ def test_fit_prints_the_deployed_whole_and_saves_the_record(joint_report, shared
     line = next(x for x in text.splitlines() if x.startswith("deployed: "))
     assert line.startswith(f"deployed: {rec['choice']} + memory")
     assert all(name in line for name in rec["candidates"])
-    assert f"guard: a gain of at least 0.5 standard errors over frozen on {rec['n_protected']} " in line
-    main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--guard-margin", "0", "--no-progress", "--out",
-          str(tmp_path / "ad0"), "--data-dir", str(shared_dir / "data"), "--cache-dir", str(shared_dir / "embeddings")])
-    assert seen["guard_margin"] == 0.0
+    blocks = rec["n_protected_by_block"]
+    assert len(blocks) == 5 and blocks[0] == rec["n_protected"] and seen["guard_folds"] == 5
+    assert line.endswith(f"guard: a gain of at least 0.5 standard errors over frozen on {sum(blocks)} document-disjoint "
+                         f"queries of 5 cross-fitted blocks ({rec['n_protected']} of them validation queries))")
+    main(["fit", "scifact", "--encoder", "all-MiniLM-L6-v2", "--guard-margin", "0", "--guard-folds", "1",
+          "--no-progress", "--out", str(tmp_path / "ad0"), "--data-dir", str(shared_dir / "data"),
+          "--cache-dir", str(shared_dir / "embeddings")])
+    assert seen["guard_margin"] == 0.0 and seen["guard_folds"] == 1
 
 
 @pytest.mark.parametrize("lam", [0.25, 0.5, 0.75])
@@ -406,3 +424,90 @@ def test_a_blend_is_computed_in_float64_on_the_first_maps_device_and_without_a_h
     want = 0.7 * Wa.astype(np.float64) + 0.3 * Wb.astype(np.float64)  # float64 arithmetic, by hand
     np.testing.assert_allclose(out.query_map_, want, rtol=0, atol=1e-15)
     assert out.device == "cpu" and out.history_ == [] and out.form == "augmented"
+
+
+# ---------------------------------------------------------------- the cross-fitted guard (guard_folds)
+def test_the_crossfitted_blocks_are_held_out_and_the_guard_pools_them(joint_report):
+    """fit's default guard reads each candidate's protected gain on five blocks: the validation
+    queries, then four blocks of training queries, each the validation queries of a fit on the rest."""
+    from asymgeo.adapters.workflow import GUARD_FOLDS, guard_blocks
+
+    own, *rotated = joint_report.loads
+    assert own["split"] is None and len(rotated) == GUARD_FOLDS - 1 == 4
+    train, val = own["train"], own["validation"]
+    assert [r["validation"] for r in rotated] == guard_blocks(train, len(val))  # the blocks, in order
+    covered = set()
+    for r in rotated:
+        block = set(r["validation"])
+        assert block <= set(train) and not block & set(r["train"])  # held out of that fit's training
+        assert set(r["train"]) == (set(train) - block) | set(val)  # it trains on every other labelled query
+        assert r["split"]["test"] and r["cache"] is False  # the same test part; nothing cached for a one-off set
+        covered |= block
+    assert covered == set(train)  # 120 training queries, four blocks of 30
+    j = joint_report.metrics["joint"]
+    assert j["guard_folds"] == 5 and len(j["n_protected_by_block"]) == 5 and j["n_protected_by_block"][0] == \
+        j["n_protected"]
+    for rec in j["candidates"].values():
+        assert rec["n_guard"] == sum(j["n_protected_by_block"])  # every block's protected queries, pooled
+        assert rec["feasible"] == (rec["protected_diff"] >= 0.5 * rec["protected_se"])
+        assert rec["protected_ci_low"] <= rec["protected_diff"] <= rec["protected_ci_high"]
+
+
+def test_guard_blocks_partition_the_training_queries_and_are_cut_to_the_validation_size():
+    from asymgeo.adapters.workflow import guard_blocks
+
+    train = [f"q{i:03d}" for i in range(23)]
+    parts = guard_blocks(train, 100, folds=5)
+    flat = [q for p in parts for q in p]
+    assert len(parts) == 4 and sorted(flat) == train and len(set(flat)) == 23
+    assert sorted(len(p) for p in parts) == [5, 6, 6, 6]
+    assert guard_blocks(list(reversed(train)), 100, folds=5) == parts  # depends on the set, not its order
+    cut = guard_blocks(train, 4, folds=5)
+    assert [len(p) for p in cut] == [4, 4, 4, 4] and all(c == p[:4] for c, p in zip(cut, parts, strict=True))
+    assert guard_blocks(train, 100, folds=1) == [] and guard_blocks(train[:3], 100, folds=5) == []
+    assert guard_blocks(train, 100, folds=3, seed=1) != guard_blocks(train, 100, folds=3, seed=2)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "5", None])
+def test_guard_folds_is_refused_before_any_data_is_read(bad):
+    from asymgeo.adapters.workflow import fit_adapter
+
+    with pytest.raises(ValueError, match=r"^guard_folds: expected an integer >= 1 \(1: the validation queries alone\)"):
+        fit_adapter("no-such-dataset", "all-MiniLM-L6-v2", guard_folds=bad)
+
+
+def _mem(values, weight=1.0):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(validation_values_=np.asarray(values, dtype=float), weight_=weight,
+                           map_validation_ndcg_=float(np.mean(values)))
+
+
+def test_pooled_differences_decide_the_guard_and_the_choice_stays_on_this_split():
+    """Worked by hand: on this split's three protected queries 'bold' gains +0.1 each (se 0: passes
+    alone), but the pooled blocks show -0.3 on three more (mean -0.1): turned away; 'safe' (+0.01
+    everywhere) is deployed though its validation NDCG@10 is lower."""
+    from types import SimpleNamespace
+
+    from asymgeo.adapters.workflow import choose_deployment
+    from asymgeo.retrieval.compare import paired_comparison
+
+    fz, prot = np.full(4, 0.5), np.array([True, True, True, False])
+    ad = SimpleNamespace(geometry_="query")
+    cands = {"bold": (ad, _mem([0.6, 0.6, 0.6, 1.0])), "safe": (ad, _mem([0.51, 0.51, 0.51, 0.6]))}
+    alone = choose_deployment(cands, fz, prot, min_protected=2)
+    assert alone["choice"] == "bold"
+    pooled = {"bold": np.array([0.1, 0.1, 0.1, -0.3, -0.3, -0.3]), "safe": np.full(6, 0.01)}
+    got = choose_deployment(cands, fz, prot, min_protected=2, guard_differences=pooled, seed=4)
+    assert got["choice"] == "safe"
+    bold = got["candidates"]["bold"]
+    assert bold["n_guard"] == 6 and bold["protected_diff"] == pytest.approx(-0.1)
+    assert bold["protected_diff_split"] == pytest.approx(0.1)  # this split's own reading, kept beside it
+    assert bold["protected_se"] == pytest.approx(np.std(pooled["bold"], ddof=1) / np.sqrt(6))
+    want = paired_comparison(pooled["bold"], np.zeros(6), n_boot=2000, confidence=0.95, seed=4)
+    assert (bold["protected_ci_low"], bold["protected_ci_high"]) == (want.ci_low, want.ci_high)
+    assert not bold["feasible"] and got["candidates"]["safe"]["feasible"]
+    with pytest.raises(ValueError, match="guard_differences: no pooled protected differences for candidate 'safe'"):
+        choose_deployment(cands, fz, prot, min_protected=2, guard_differences={"bold": pooled["bold"]})
+    # without a guard (too few protected queries) the pooled differences are not read
+    assert choose_deployment(cands, fz, prot, min_protected=4, guard_differences={})["choice"] == "bold"

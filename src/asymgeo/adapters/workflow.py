@@ -71,7 +71,9 @@ def training_pool(ds: Any, seed: Any = None) -> list[str]:
 def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathLike | None = None,
                          cache_dir: str | os.PathLike | None = None, k: int = 8,
                          train_ids: Sequence[str] | None = None, mining: str = "exact",
-                         max_validation: int | None = None) -> AdaptationData:
+                         max_validation: int | None = None,
+                         split: Mapping[str, Sequence[str]] | None = None,
+                         triples_cache: bool = True) -> AdaptationData:
     """Load the adaptation split (:func:`asymgeo.data.adaptation_split`) of ``dataset`` from
     the embedding cache of ``encoder``.
 
@@ -81,7 +83,10 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     (:func:`asymgeo.data.load_triples`).  ``max_validation``: keep a seeded subsample of at
     most that many validation queries (:func:`validation_subsample`; every epoch of training
     searches the whole corpus for each validation query, issue #40); ``split["validation_subsample"]``
-    records it.
+    records it.  ``split``: ``{"train", "validation", "test"}`` query ids to use instead of the
+    adaptation split (the cross-fitted guard's rotated blocks, :func:`guard_blocks`; recorded as
+    ``split["override"]``); ``triples_cache``: False mines the training queries' hard negatives
+    without caching them (a rotated block's id set is used once).
     """
     from ..data import adaptation_split, adaptation_split_source, load_beir, load_embeddings, load_triples
     from ..data.splits import split_overlap
@@ -89,9 +94,18 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
 
     ds = load_beir(dataset, data_dir=data_dir)
     emb = load_embeddings(ds, encoder, cache_dir=cache_dir)
+    if split is not None:
+        missing = [key for key in ("train", "validation", "test") if key not in split]
+        if missing:
+            raise ValueError(f"split: expected the parts train, validation and test, missing {', '.join(missing)}")
+        split = {key: [str(q) for q in split[key]] for key in ("train", "validation", "test")}
+        if train_ids is None:
+            train_ids = split["train"]
     tr = load_triples(ds, encoder, "train" if train_ids is None else list(train_ids), cache=emb, k=k, require=True,
-                      mining=mining)
-    split = adaptation_split(ds)
+                      mining=mining, triples_cache=triples_cache)
+    override = split is not None
+    if split is None:
+        split = adaptation_split(ds)
     qrels = ds.all_qrels()
     corpus = emb.corpus  # memory-mapped float16, read block by block (issue #21: bounded memory)
 
@@ -113,6 +127,8 @@ def load_adaptation_data(dataset: Any, encoder: str, *, data_dir: str | os.PathL
     T, tt = part("test")
     relevant = [set(emb.corpus_rows([d for d in qrels[q] if emb.has_corpus_id(d)]).tolist()) for q in tr.query_ids]
     source = adaptation_split_source(ds)
+    if override:
+        source = {**source, "override": {key: len(split[key]) for key in ("train", "validation", "test")}}
     if sub is not None:
         source = {**source, "validation_subsample": sub}
     overlap = split_overlap(ds.queries, split)
@@ -342,6 +358,35 @@ GUARD_MARGIN = 0.5
 #: blends ``(1 - lam) W_sel + lam W_all`` of the two query-only maps that join the joint candidates
 JOINT_BLENDS = (0.25, 0.5, 0.75)
 
+#: blocks of the cross-fitted guard (:func:`fit_adapter`'s ``guard_folds``): the validation queries and
+#: ``GUARD_FOLDS - 1`` blocks of training queries, each in turn the validation queries of a fit on the rest.
+#: Chosen by ``tools/crossfit_guard_study.py`` (docs/adapters.md, "The cross-fitted guard"); 1 is the
+#: guard on the validation queries alone (0.2's rule).
+GUARD_FOLDS = 5
+#: seed of the training queries' partition into the cross-fitted guard's blocks (:func:`guard_blocks`)
+GUARD_BLOCK_SEED = 20261205
+
+
+def guard_blocks(train_ids: Sequence[str], n_validation: int, folds: int = GUARD_FOLDS,
+                 seed: int = GUARD_BLOCK_SEED) -> list[list[str]]:
+    """The cross-fitted guard's extra validation blocks: the training queries cut into ``folds - 1``
+    balanced parts (:func:`~asymgeo.data.query_folds`: ids sorted, permuted with ``seed``), each
+    cut to its first ``n_validation`` queries (so that on a large training set a block costs no
+    more to validate than the validation queries do).  ``[]`` when ``folds`` is 1 or there are
+    fewer training queries than blocks."""
+    from ..data import query_folds
+
+    if folds <= 1 or len(train_ids) < folds - 1:
+        return []
+    return [part[: max(int(n_validation), 1)] for part in query_folds(list(train_ids), folds - 1, seed)]
+
+
+def _check_guard_folds(value: Any) -> int:
+    """``guard_folds`` as an int, or ``ValueError`` naming it (an integer >= 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"guard_folds: expected an integer >= 1 (1: the validation queries alone), got {value!r}")
+    return int(value)
+
 
 def _blend_query_maps(a: Adapter, b: Adapter, lam: float) -> Adapter:
     r"""The query-only adapter :math:`x \mapsto x + ((1-\lambda) W_a + \lambda W_b) x`.
@@ -360,7 +405,8 @@ def _blend_query_maps(a: Adapter, b: Adapter, lam: float) -> Adapter:
 
 def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, protected: np.ndarray, *,
                       seed: int = 0, min_protected: int | None = None,
-                      guard_margin: float = GUARD_MARGIN) -> dict[str, Any]:
+                      guard_margin: float = GUARD_MARGIN,
+                      guard_differences: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
     r"""``fit_adapter(candidates="joint")``: which map + memory to deploy, decided on validation.
 
     ``candidates`` maps a name to ``(adapter, memory)``: a trained map and the
@@ -388,6 +434,13 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
     passes, the one with the highest protected mean is deployed (``note`` says so).
     ``guard_margin`` must be a finite number >= 0.
 
+    ``guard_differences`` (the cross-fitted guard, :func:`fit_adapter`'s ``guard_folds``): each
+    candidate's paired protected differences pooled over the guard's blocks (this split's
+    protected queries first, then those of the fits that held out a block of training queries);
+    the guard, its interval and the fallback read them instead of this split's alone, and the
+    choice among the candidates that pass is still this split's validation NDCG@10.  A record
+    then also gives ``protected_diff_split`` (this split's mean) and ``n_guard`` (the pooled count).
+
     Returns ``{"choice", "rule", "note", "n_protected", "guard_margin", "candidates": {name: record}}``
     (a record: ``geometry``, ``validation_ndcg@10``, ``map_validation_ndcg@10``, ``memory_weight``,
     ``protected_diff``, with the guard ``protected_se``, ``protected_ci_low``, ``protected_ci_high``,
@@ -413,11 +466,13 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
                                "map_validation_ndcg@10": float(mem.map_validation_ndcg_),
                                "memory_weight": float(mem.weight_)}
         d = (v - fz)[prot]  # the paired differences on the protected queries
+        if guard and guard_differences is not None:  # pooled over the cross-fitted blocks
+            d = _pooled_differences(name, d, guard_differences, rec)
         if d.size:
             rec["protected_diff"] = float(d.mean())
         if guard:
-            rec["protected_se"] = float(d.std(ddof=1) / np.sqrt(d.size))
-            cmp = paired_comparison(v[prot], fz[prot], n_boot=2000, confidence=GUARD_CONFIDENCE, seed=seed)
+            rec["protected_se"] = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else 0.0
+            cmp = paired_comparison(d, np.zeros_like(d), n_boot=2000, confidence=GUARD_CONFIDENCE, seed=seed)
             rec.update(protected_ci_low=cmp.ci_low, protected_ci_high=cmp.ci_high)
         rec["feasible"] = bool((not guard) or rec["protected_diff"] >= guard_margin * rec["protected_se"])
         records[name] = rec
@@ -443,6 +498,19 @@ def choose_deployment(candidates: dict[str, Any], frozen_values: np.ndarray, pro
         choice = max(feasible, key=lambda n: (records[n]["validation_ndcg@10"], -list(records).index(n)))
     return {"choice": choice, "rule": rule, "note": note, "n_protected": int(prot.sum()), "guard_margin": guard_margin,
             "candidates": records}
+
+
+def _pooled_differences(name: str, split_diffs: np.ndarray, guard_differences: Mapping[str, np.ndarray],
+                        rec: dict[str, Any]) -> np.ndarray:
+    """Candidate ``name``'s pooled protected differences (:func:`choose_deployment`), recording this
+    split's own mean (``protected_diff_split``) and the pooled count (``n_guard``) in ``rec``."""
+    if name not in guard_differences:
+        raise ValueError(f"guard_differences: no pooled protected differences for candidate {name!r}")
+    if split_diffs.size:
+        rec["protected_diff_split"] = float(split_diffs.mean())
+    d = np.asarray(guard_differences[name], dtype=np.float64).ravel()
+    rec["n_guard"] = int(d.size)
+    return d
 
 
 def _check_guard_margin(value: Any) -> float:
@@ -575,6 +643,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     memory: str = "auto",
     candidates: str = "joint",
     guard_margin: float = GUARD_MARGIN,
+    guard_folds: int = GUARD_FOLDS,
     mining: str = "exact",
     max_validation: int | None = None,
     validation_pool: int | str | None = "auto",
@@ -660,6 +729,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     if candidates not in CANDIDATE_SETS:
         raise ValueError(f"candidates: expected one of {', '.join(map(repr, CANDIDATE_SETS))}, got {candidates!r}")
     guard_margin = _check_guard_margin(guard_margin)
+    guard_folds = _check_guard_folds(guard_folds)
     if geometry == "query" and form != "augmented":  # before any data is loaded or mined
         raise ValueError("form: geometry='query' (a p x p map on queries from the identity) needs form='augmented'")
     from .adapter import check_anchor
@@ -750,16 +820,59 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
 
     lap("split and pool")
 
-    def train(family: str, sel_V: np.ndarray | None = None, sel_table: Any = None) -> Adapter:
+    def train(family: str, sel_V: np.ndarray | None = None, sel_table: Any = None, *, on: Any = None,
+              stage: str = "train") -> Adapter:
+        """Train ``family`` on ``on`` = (triples, selection data, relevant rows, V, table) (default: this split)."""
+        tr_, ds_, rel_, V_, vt_ = (tr, dsel, relevant, V, vtable) if on is None else on
         lap("selection")  # what ran since the last stage: CARS, the family, memory and joint choices
         a = Adapter(geometry=family, rank=rank, form=form, init=init, learning_rates=tuple(learning_rates),
                     epochs=epochs, early_stopping=early_stopping, anchor=anchor, seed=seed, device=device,
                     progress=progress)
-        fitted = a.fit(tr.X, tr.pos_rows, dsel.corpus, hard_negative_rows=tr.hard_negative_rows,
-                       relevant_rows=relevant, validation_queries=V if sel_V is None else sel_V,
-                       validation_relevance=vtable if sel_table is None else sel_table)
-        lap(f"train {family}")
+        fitted = a.fit(tr_.X, tr_.pos_rows, ds_.corpus, hard_negative_rows=tr_.hard_negative_rows,
+                       relevant_rows=rel_, validation_queries=V_ if sel_V is None else sel_V,
+                       validation_relevance=vt_ if sel_table is None else sel_table)
+        lap(f"{stage} {family}")
         return fitted
+
+    def query_candidates(q_sel: Adapter, q_all: Adapter) -> dict[str, Adapter]:
+        """The query-only maps chosen on the selection and on all validation queries, and their blends."""
+        out = {f"query ({selection})": q_sel, "query (all)": q_all}
+        for lam in JOINT_BLENDS:  # the path from the map that transfers to the one that memorises
+            out[f"query (blend {lam:g})"] = _blend_query_maps(q_sel, q_all, lam)
+        return out
+
+    def guard_block(block: list[str], family_name: str) -> tuple[dict[str, np.ndarray], int]:
+        """One block of the cross-fitted guard: the joint candidates refitted with ``block`` as the
+        validation queries and the other labelled queries as training queries; each candidate's
+        paired protected differences (map + memory minus frozen; ``family_name``: the family the
+        selector picks there, under this split's name) and the block's protected count."""
+        held = set(block)
+        train_k = [q for q in tr.query_ids if q not in held] + list(d.validation.query_ids)
+        dk = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=train_k,
+                                  mining=mining, triples_cache=False,
+                                  split={"train": train_k, "validation": block, "test": list(d.test.query_ids)})
+        dks = dk
+        if pool_k is not None:
+            dks, _, _ = pooled_adaptation_data(dk, pool_k, _relevant_rows(dk, list(dk.validation.query_ids)))
+        trk, relk = dks.triples, dks.relevant
+        Vk, vtk, _ = document_disjoint_validation(dks, trk.query_ids)
+        on = (trk, dks, relk, Vk, vtk)
+        fams = {fam: train(fam, on=on, stage="guard block") for fam in ("shared", "dual")}
+        cars_k = cars_score(trk.X, trk.Y_pos, trk.Y_neg, rank, seed=seed)
+        ck = dks.corpus_ids or None
+        fam_k = choose_family(Vk, vtk, dks.corpus, fams["shared"].operator_, fams["dual"].operator_, cars_k,
+                              seed=seed, corpus_ids=ck)["choice"]
+        maps = {family_name: fams[fam_k],
+                **query_candidates(train("query", on=on, stage="guard block"),
+                                   train("query", dks.V, dks.validation, on=on, stage="guard block"))}
+        fz = _per_query_ndcg(dks.V, dks.validation, dks.corpus, None, ck)
+        prot = protected_validation(dks, trk.query_ids)
+        diffs = {}
+        for name, a in maps.items():
+            m = fit_memory(dks, trk.query_ids, trk.X, relk, a.operator_, corpus_ids=ck, extend=False)
+            diffs[name] = (np.asarray(m.validation_values_, dtype=np.float64) - fz)[prot]
+        lap("guard blocks")
+        return diffs, int(prot.sum())
 
     auto = None
     fitted: dict[str, Adapter] = {}
@@ -785,17 +898,27 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     if memory == "auto" and geometry == "auto" and candidates == "joint" and selector == DEFAULT_AUTO_SELECTOR:
         # the deployed whole is map + memory: the query-only family joins as a candidate map, its
         # checkpoint chosen on the selection queries and (the paper's protocol) on all validation queries
-        joint_maps = {f"{ad.geometry_} ({selection})": ad, f"query ({selection})": train("query")}
+        family_name = f"{ad.geometry_} ({selection})"
+        joint_maps = {family_name: ad, f"query ({selection})": train("query")}
         if selection != "all":
-            q_all = joint_maps["query (all)"] = train("query", dsel.V, dsel.validation)
-            q_sel = joint_maps[f"query ({selection})"]
-            for lam in JOINT_BLENDS:  # the path from the map that transfers to the one that memorises
-                joint_maps[f"query (blend {lam:g})"] = _blend_query_maps(q_sel, q_all, lam)
+            joint_maps.update(query_candidates(joint_maps[f"query ({selection})"],
+                                               train("query", dsel.V, dsel.validation)))
         mems = {name: fit_memory(dsel, tr.query_ids, tr.X, relevant, a.operator_, corpus_ids=scids, extend=False)
                 for name, a in joint_maps.items()}
-        joint = choose_deployment({n: (joint_maps[n], mems[n]) for n in joint_maps},
-                                  _per_query_ndcg(dsel.V, dsel.validation, dsel.corpus, None, scids),
-                                  next(iter(mems.values())).protected_, seed=seed, guard_margin=guard_margin)
+        fz_val = _per_query_ndcg(dsel.V, dsel.validation, dsel.corpus, None, scids)
+        prot = next(iter(mems.values())).protected_
+        pooled: dict[str, np.ndarray] | None = None
+        by_block = [int(np.sum(prot))]
+        if selection != "all" and guard_folds > 1 and by_block[0] >= MIN_DISJOINT_VALIDATION:
+            # the cross-fitted guard: every candidate's protected gain also on blocks of training queries
+            pooled = {n: (np.asarray(m.validation_values_, dtype=np.float64) - fz_val)[prot] for n, m in mems.items()}
+            for block in guard_blocks(tr.query_ids, len(d.validation), guard_folds):
+                diffs, n_block = guard_block(block, family_name)
+                by_block.append(n_block)
+                pooled = {n: np.concatenate([pooled[n], diffs[n]]) for n in pooled}
+        joint = choose_deployment({n: (joint_maps[n], mems[n]) for n in joint_maps}, fz_val, prot, seed=seed,
+                                  guard_margin=guard_margin, guard_differences=pooled)
+        joint.update(guard_folds=len(by_block), n_protected_by_block=by_block)
         if joint["note"]:
             warnings_.append(joint["note"])
         ad, mem = joint_maps[joint["choice"]], mems[joint["choice"]]

@@ -38,7 +38,7 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
     rep = fit_adapter(config["dataset"], config["encoder"], geometry="auto", rank=int(config["rank"]), seed=seed,
                       learning_rates=lrs, epochs=int(config["epochs"]), selection=str(config["selection"]),
                       anchor=float(config["anchor"]), report=False, data_dir=config["data_dir"],
-                      cache_dir=config["cache_dir"])
+                      cache_dir=config["cache_dir"], guard_folds=1)  # the family fits alone are read
     seconds = time.perf_counter() - t0
     d = load_adaptation_data(config["dataset"], config["encoder"], data_dir=config["data_dir"],
                              cache_dir=config["cache_dir"])

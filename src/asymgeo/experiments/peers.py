@@ -9,8 +9,10 @@ summary pairs any two methods query by query.  Methods:
   the family chosen on document-disjoint validation and the query-only map (checkpoint chosen
   on the document-disjoint and on all validation queries) each carry the gated document memory
   (:mod:`asymgeo.adapters.memory`), and the whole with the best validation NDCG@10 is kept
-  among those whose gain over frozen on the document-disjoint validation queries is at least
-  half a paired standard error (``--guard-margin 0.5``);
+  among those whose gain over frozen on document-disjoint queries is at least half a paired
+  standard error (``--guard-margin 0.5``), read on five cross-fitted blocks (``--guard-folds 5``:
+  the validation queries and four blocks of training queries, each scored by the candidates
+  refitted without it);
 * ``family_memory``: the family alone carries the memory (``--candidates family``, the 0.3 default);
 * ``map_only``: the family without the memory (``--memory none``, the 0.2 default);
 * ``paper``: the paper's protocol, dual, every validation query selects (``--selection all``);
@@ -126,7 +128,8 @@ def cell(config: dict[str, Any]) -> dict[str, Any]:
                           cache_dir=config["cache_dir"])
         values = _adapter_ndcg(d.T, d.test, d.corpus, rep.adapter, cids)
         extra = {"geometry": rep.adapter.geometry_, "memory_kept": bool(rep.adapter.memory_ is not None),
-                 "deployed_choice": (rep.metrics.get("joint") or {}).get("choice", "")}
+                 "deployed_choice": (rep.metrics.get("joint") or {}).get("choice", ""),
+                 "guard_blocks": len((rep.metrics.get("joint") or {}).get("n_protected_by_block") or [])}
         if rep.adapter.memory_ is not None:
             extra.update(memory_threshold=rep.adapter.memory_.threshold_, memory_weight=rep.adapter.memory_.weight_,
                          map_values=_fmt_values(_per_query_ndcg(d.T, d.test, d.corpus, rep.adapter.operator_, cids)))
