@@ -465,6 +465,8 @@ def test_guard_blocks_partition_the_training_queries_and_are_cut_to_the_validati
     cut = guard_blocks(train, 4, folds=5)
     assert [len(p) for p in cut] == [4, 4, 4, 4] and all(c == p[:4] for c, p in zip(cut, parts, strict=True))
     assert guard_blocks(train, 100, folds=1) == [] and guard_blocks(train[:3], 100, folds=5) == []
+    two = guard_blocks(train, 7, folds=2)  # one block: a seeded draw of the training queries
+    assert len(two) == 1 and len(two[0]) == 7 and set(two[0]) <= set(train) and two[0] != train[:7]
     assert guard_blocks(train, 100, folds=3, seed=1) != guard_blocks(train, 100, folds=3, seed=2)
 
 
@@ -511,3 +513,16 @@ def test_pooled_differences_decide_the_guard_and_the_choice_stays_on_this_split(
         choose_deployment(cands, fz, prot, min_protected=2, guard_differences={"bold": pooled["bold"]})
     # without a guard (too few protected queries) the pooled differences are not read
     assert choose_deployment(cands, fz, prot, min_protected=4, guard_differences={})["choice"] == "bold"
+
+
+def test_the_guard_blocks_reload_a_dataset_given_as_a_folder(shared_dir, tmp_path):
+    """A BEIR folder with an n_train subset: the blocks reload the folder, not its name under data_dir
+    (an empty folder here, where the name alone would not be found)."""
+    from asymgeo.adapters.workflow import fit_adapter
+
+    rep = fit_adapter(shared_dir / "data" / "scifact", "all-MiniLM-L6-v2", geometry="auto", rank=4, n_train=120,
+                      epochs=1, learning_rates=(1e-3,), report=False, guard_folds=2, data_dir=tmp_path,
+                      cache_dir=shared_dir / "embeddings")
+    j = rep.metrics["joint"]
+    assert j["guard_folds"] == 2 and len(j["n_protected_by_block"]) == 2
+    assert all(c["n_guard"] == sum(j["n_protected_by_block"]) for c in j["candidates"].values())

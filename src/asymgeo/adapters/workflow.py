@@ -374,11 +374,13 @@ def guard_blocks(train_ids: Sequence[str], n_validation: int, folds: int = GUARD
     cut to its first ``n_validation`` queries (so that on a large training set a block costs no
     more to validate than the validation queries do).  ``[]`` when ``folds`` is 1 or there are
     fewer training queries than blocks."""
-    from ..data import query_folds
+    from ..data import query_folds, split_queries
 
     if folds <= 1 or len(train_ids) < folds - 1:
         return []
-    return [part[: max(int(n_validation), 1)] for part in query_folds(list(train_ids), folds - 1, seed)]
+    # one block (folds = 2): the whole training set, permuted the same way
+    parts = query_folds(list(train_ids), folds - 1, seed) if folds > 2 else split_queries(list(train_ids), (1,), seed)
+    return [part[: max(int(n_validation), 1)] for part in parts]
 
 
 def _check_guard_folds(value: Any) -> int:
@@ -745,6 +747,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
     from ..data.splits import split_overlap
     from .baseline import closed_form_adapter
 
+    source_dataset = dataset  # as given (a name, a folder or a BeirDataset): the guard blocks reload it
     subset = None
     if n_train is not None:  # drawn before loading, so only the queries trained on are mined
         if isinstance(n_train, bool) or not isinstance(n_train, (int, np.integer)) or n_train < 1:
@@ -848,7 +851,7 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
         selector picks there, under this split's name) and the block's protected count."""
         held = set(block)
         train_k = [q for q in tr.query_ids if q not in held] + list(d.validation.query_ids)
-        dk = load_adaptation_data(dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=train_k,
+        dk = load_adaptation_data(source_dataset, encoder, data_dir=data_dir, cache_dir=cache_dir, train_ids=train_k,
                                   mining=mining, triples_cache=False,
                                   split={"train": train_k, "validation": block, "test": list(d.test.query_ids)})
         dks = dk
