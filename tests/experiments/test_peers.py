@@ -80,3 +80,25 @@ def test_a_crowded_stress_encoder_is_explained_and_the_figure_path_is_the_pages(
     page = peers.format_summary(peers.summarise(table, tmp_path), "cmd", "figures/peers_crowded_frontier.png")
     assert "*Stress encoders* (`crowded-0.75-enc`)" in page and "tools/crowded_encoder.py" in page
     assert "![frontier](figures/peers_crowded_frontier.png)" in page and "peers_frontier.png" not in page
+
+
+def test_the_defaults_gain_is_split_into_its_maps_and_its_memorys(tmp_path):
+    """#36 'report each part's share': seed 0 kept a memory (its map alone recorded), seed 1 did not
+    (its deployed values are its map's); worked by hand."""
+    table, frozen = _table()
+    table["map_values"] = [peers._fmt_values([0.6, 0.2, 0.9, 0.4, 0.0, 1.0]), np.nan, np.nan]
+    g = peers.summarise(table, tmp_path)["groups"][0]
+    deployed = np.array([0.8, 0.3, 0.9, 0.5, 0.1, 1.0])
+    maps = (np.array([0.6, 0.2, 0.9, 0.4, 0.0, 1.0]) + np.array([0.7, 0.3, 0.9, 0.6, 0.1, 1.0])) / 2
+    p = g["default_parts"]
+    assert p["map"]["diff"] == pytest.approx((maps - frozen).mean())  # (0.15 + 0.05 + 0 + 0.1 + 0.05 + 0) / 6
+    assert p["memory"]["diff"] == pytest.approx((deployed - maps).mean())
+    assert p["map_share"] == pytest.approx((maps - frozen).mean() / (deployed - frozen).mean())
+    assert p["map"]["diff"] + p["memory"]["diff"] == pytest.approx(g["methods"]["default"]["all"]["diff"])
+    page = peers.format_summary(peers.summarise(table, tmp_path), "cmd")
+    line = next(ln for ln in page.splitlines() if ln.startswith("The default's parts"))
+    assert f"its map alone {(maps - frozen).mean():+.4f}" in line
+    assert f"(the map's share of the gain: {100 * p['map_share']:.0f}%)" in line
+    # without the column (a table from before it was recorded) every seed's deployed values are its map's
+    g0 = peers.summarise(_table()[0], tmp_path)["groups"][0]["default_parts"]
+    assert g0["memory"]["diff"] == pytest.approx(0.0) and g0["map_share"] == pytest.approx(1.0)

@@ -210,6 +210,8 @@ def summarise(table: Any, finetune_dir: str | Path = "docs/results/peers") -> di
         peers = [m for m in per if m not in ("default", "map_only")]
         out: dict[str, Any] = {"dataset": ds, "encoder": enc, "frozen": float(frozen.mean()),
                                "n": {s: int(idx.size) for s, idx in subsets.items()}, "methods": methods}
+        if "default" in per:
+            out["default_parts"] = _default_parts(part[part["method"] == "default"], per["default"], frozen)
         if "default" in per and peers:
             best = max(peers, key=lambda m: per[m].mean())
             out["best_peer"] = best
@@ -221,6 +223,20 @@ def summarise(table: Any, finetune_dir: str | Path = "docs/results/peers") -> di
             out["finetune_epochs"] = ft["record"].get("chosen_epochs")
         groups.append(out)
     return {"groups": groups, "cells": len(table)}
+
+
+def _default_parts(rows: Any, deployed: np.ndarray, frozen: np.ndarray) -> dict[str, Any]:
+    """The default's gain split into its map's and its memory's (all test queries, per-query means over
+    seeds): the map alone against frozen, the deployed whole against the map alone, and the map's share
+    of the whole gain.  A seed whose memory was not kept contributes its deployed values as the map's."""
+    maps = []
+    for _, r in rows.iterrows():
+        mv = r.get("map_values") if "map_values" in rows.columns else None
+        maps.append(_parse_values(mv) if isinstance(mv, str) and mv else _parse_values(r["values"]))
+    map_mean = np.vstack(maps).mean(axis=0)
+    total = float(deployed.mean() - frozen.mean())
+    return {"map": _paired(map_mean, frozen), "memory": _paired(deployed, map_mean),
+            "map_share": float(map_mean.mean() - frozen.mean()) / total if total else float("nan")}
 
 
 def _cell_text(c: dict[str, float]) -> str:
@@ -262,6 +278,13 @@ def format_summary(s: dict[str, Any], command: str, figure: str = "figures/peers
         lines.append(md_table(["method", f"all ({n['all']})", f"seen-doc ({n['seen']})",
                                f"unseen-doc ({n['unseen']})", f"unseen, train only ({n['unseen_train_only']})",
                                "seeds: all-query gain", "seconds"], rows))
+        if "default_parts" in g:
+            p = g["default_parts"]
+            share = f"{100 * p['map_share']:.0f}%" if np.isfinite(p["map_share"]) else "-"
+            lines += ["", f"The default's parts, all queries: its map alone {p['map']['diff']:+.4f} "
+                          f"[{p['map']['ci_low']:+.4f}, {p['map']['ci_high']:+.4f}] over frozen, its memory "
+                          f"{p['memory']['diff']:+.4f} [{p['memory']['ci_low']:+.4f}, {p['memory']['ci_high']:+.4f}] "
+                          f"on top (the map's share of the gain: {share})."]
         if "default_vs_best" in g:
             b = g["default_vs_best"]
             lines += ["", f"Default minus the best peer on all queries ({LABELS.get(g['best_peer'], g['best_peer'])}): "
