@@ -108,3 +108,12 @@ def test_a_damaged_study_file_is_named_in_one_line(tmp_path):
     path.write_text('{"dataset": "d"}\n')
     with pytest.raises(ValueError, match=rf"^{path}:1: not a study record"):
         cf.read_records(str(path))
+
+
+def test_a_record_missing_a_blocks_field_is_named_by_file_and_record(tmp_path):
+    rec = _record()
+    del rec["blocks"][0]["frozen_test"]
+    path = tmp_path / "cf.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match=rf"^{path}: record 1: not a complete study record \(KeyError: 'frozen_test'\)"):
+        cf.summary(str(path))

@@ -178,11 +178,14 @@ def summary(path: str) -> None:
         (f"cross-fitted {m:g} SE, select {s}", m, s, None) for s in ("deployed", "pooled") for m in MARGINS]
     for label, margin, select, used in rules:
         by: dict[tuple[str, str], list] = {}
-        for r in recs:
-            b0 = r["blocks"][0]
-            n = replay(r, margin, select, used)
-            t, f = np.asarray(b0["candidates"][n]["test_values"]), np.asarray(b0["frozen_test"])
-            u = np.asarray(b0["unseen_rows"], dtype=np.int64)
+        for i, r in enumerate(recs, 1):
+            try:
+                b0 = r["blocks"][0]
+                n = replay(r, margin, select, used)
+                t, f = np.asarray(b0["candidates"][n]["test_values"]), np.asarray(b0["frozen_test"])
+                u = np.asarray(b0["unseen_rows"], dtype=np.int64)
+            except (KeyError, IndexError, TypeError) as exc:
+                raise ValueError(f"{path}: record {i}: not a complete study record ({type(exc).__name__}: {exc})") from None
             by.setdefault((r["dataset"], r["encoder"]), []).append((n, (t - f).mean(), (t - f)[u].mean()))
         for (ds, enc), rows in sorted(by.items()):
             print(f"{label:34s} {ds} {enc}: all {np.mean([x[1] for x in rows]):+.4f}, unseen-doc "

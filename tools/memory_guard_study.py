@@ -283,18 +283,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cache-dir", default="../shared/embeddings")
     a = ap.parse_args(argv)
     if a.summary:
-        try:
+        try:  # a bad file is one line and exit 2, before anything is printed
             read_records(a.summary)
+            if a.deep:
+                deep_summary(a.summary)
+                return
         except ValueError as exc:
             print(f"memory_guard_study: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        if a.deep:
-            try:
-                deep_summary(a.summary)
-            except ValueError as exc:
-                print(f"memory_guard_study: {exc}", file=sys.stderr)
-                raise SystemExit(2) from None
-            return
         summary(a.summary)
         candidates(a.summary)
         if a.routing:

@@ -869,11 +869,10 @@ def fit_adapter(  # noqa: C901 - one flat sequence: data, selection, training, r
                 **query_candidates(train("query", on=on, stage="guard block"),
                                    train("query", dks.V, dks.validation, on=on, stage="guard block"))}
         fz = _per_query_ndcg(dks.V, dks.validation, dks.corpus, None, ck)
-        prot = protected_validation(dks, trk.query_ids)
-        diffs = {}
-        for name, a in maps.items():
-            m = fit_memory(dks, trk.query_ids, trk.X, relk, a.operator_, corpus_ids=ck, extend=False)
-            diffs[name] = (np.asarray(m.validation_values_, dtype=np.float64) - fz)[prot]
+        mems_k = {name: fit_memory(dks, trk.query_ids, trk.X, relk, a.operator_, corpus_ids=ck, extend=False)
+                  for name, a in maps.items()}
+        prot = next(iter(mems_k.values())).protected_  # as on this split: the memory's protected queries
+        diffs = {name: (np.asarray(m.validation_values_, dtype=np.float64) - fz)[prot] for name, m in mems_k.items()}
         lap("guard blocks")
         return diffs, int(prot.sum())
 
